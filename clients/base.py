@@ -1,0 +1,98 @@
+"""What every method's client shares: its data, its personal state, one train loop."""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from flwr.client import NumPyClient
+from torch import nn
+
+from fedapp.clientdata import ClientData
+from fedapp.config import RunConfig
+from fedapp.models import build_model
+from fedapp.params import named_arrays_to_state, state_to_named_arrays
+from fedapp.state import StateStore
+from fedapp.training import EvalResult, LossFn, TrainResult, cross_entropy_loss, evaluate, train
+
+
+def derived_seed(*parts: int) -> int:
+    """A 31-bit seed that depends only on ``parts`` (not on Python's hash salt)."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+class FedAppClient(NumPyClient):
+    """Base NumPyClient: holds the client's data, store and device.
+
+    Parameters
+    ----------
+    config
+        The validated run configuration.
+    data
+        This client's train/val/test tensors.
+    store
+        Where personal state survives between rounds.
+    device
+        Torch device for local training.
+    """
+
+    def __init__(self, config: RunConfig, data: ClientData, store: StateStore, device: torch.device) -> None:
+        self.config = config
+        self.data = data
+        self.store = store
+        self.device = device
+
+    @property
+    def partition_id(self) -> int:
+        return self.data.partition_id
+
+    def round_seed(self, server_round: int) -> int:
+        """Seed of this client's data order in ``server_round``."""
+        return derived_seed(int(self.config["seed"]), server_round, self.partition_id)
+
+    def new_model(self) -> nn.Module:
+        """A freshly initialised model of the configured architecture (same init as the server's)."""
+        torch.manual_seed(int(self.config["seed"]))
+        return build_model(str(self.config["model"]), self.data.num_classes, image_size=int(self.config["image-size"]))
+
+    def train_model(
+        self, model: nn.Module, server_round: int, loss_fn: LossFn = cross_entropy_loss, params=None
+    ) -> TrainResult:
+        """Local training with the configured epochs, batch size and optimiser."""
+        cfg = self.config
+        return train(
+            model,
+            self.data.train,
+            epochs=int(cfg["local-epochs"]),
+            batch_size=int(cfg["batch-size"]),
+            lr=float(cfg["lr"]),
+            momentum=float(cfg["momentum"]),
+            weight_decay=float(cfg["weight-decay"]),
+            seed=self.round_seed(server_round),
+            loss_fn=loss_fn,
+            params=params,
+            device=self.device,
+        )
+
+    def test_model(self, model: nn.Module) -> EvalResult:
+        """Accuracy on this client's own test split."""
+        return evaluate(model, self.data.test, device=self.device)
+
+    def load_personal_model(self, name: str = "model") -> nn.Module:
+        """The client's own model from its store, or a fresh one on first use."""
+        model = self.new_model()
+        saved = self.store.load(name)
+        if saved is not None:
+            named_arrays_to_state(model, saved)
+        return model
+
+    def save_personal_model(self, model: nn.Module, name: str = "model") -> None:
+        self.store.save(name, state_to_named_arrays(model))
+
+    def fit_metrics(self, result: TrainResult) -> dict[str, float | int]:
+        return {"train_loss": result.loss, "partition_id": self.partition_id}
+
+    @staticmethod
+    def eval_metrics(result: EvalResult) -> dict[str, float]:
+        return {"accuracy": result.accuracy}

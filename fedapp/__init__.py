@@ -1,0 +1,1 @@
+"""Flower federated-learning app for parameter-efficient adaptation."""

@@ -1,0 +1,76 @@
+"""Flower ClientApp: builds the configured method's NumPyClient on a node.
+
+Node config keys (``--node-config`` of ``flower-supernode``, or set by the
+simulation engine): ``partition-id`` and ``num-partitions`` pick this node's
+share of the configured source; ``data-dir`` instead points at the node's own
+files; ``state-dir`` overrides where personal state is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.client import Client, ClientApp
+from flwr.common import Context
+
+from fedapp.clientdata import load_client_data
+from fedapp.config import RunConfig, resolve_run_config
+from fedapp.errors import ConfigError
+from fedapp.registry import client_class
+from fedapp.state import DiskStateStore, MemoryStateStore, StateStore
+from fedapp.training import select_device
+
+
+def node_partition(node_config: Mapping[str, Any], config: RunConfig) -> tuple[int, int]:
+    """This node's ``(partition-id, num-partitions)``."""
+    try:
+        partition_id = int(node_config.get("partition-id", 0))
+        num_partitions = int(node_config.get("num-partitions", config["num-partitions"]))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"node config partition-id/num-partitions must be integers: {err}") from err
+    if not 0 <= partition_id < num_partitions:
+        raise ConfigError(f"node config partition-id = {partition_id} is outside 0..{num_partitions - 1}")
+    return partition_id, num_partitions
+
+
+def flower_state_store(state: RecordDict) -> MemoryStateStore:
+    """A state store over a node's ``Context.state`` (kept by Flower across rounds)."""
+    return MemoryStateStore(
+        state,
+        encode=lambda arrays: ArrayRecord({name: Array(np.ascontiguousarray(a)) for name, a in arrays.items()}),
+        decode=lambda record: {name: array.numpy() for name, array in record.items()},
+    )
+
+
+def make_store(context: Context, config: RunConfig, partition_id: int) -> StateStore:
+    """The client's state store: the node's Context, or files under the state dir."""
+    if config["state"] == "disk":
+        root = str(context.node_config.get("state-dir", config["state-dir"]))
+        return DiskStateStore(root, config.run_name, partition_id)
+    return flower_state_store(context.state)
+
+
+def make_client_fn(overrides: Mapping[str, Any] | None = None):
+    """A ``client_fn`` whose run config is Flower's, with ``overrides`` on top."""
+
+    def client_fn(context: Context) -> Client:
+        config = resolve_run_config({**context.run_config, **(overrides or {})})
+        partition_id, num_partitions = node_partition(context.node_config, config)
+        local_dir = str(context.node_config.get("data-dir", ""))
+        data = load_client_data(config, partition_id, num_partitions, local_dir)
+        store = make_store(context, config, partition_id)
+        client = client_class(str(config["method"]))(config, data, store, select_device(str(config["device"])))
+        return client.to_client()
+
+    return client_fn
+
+
+def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
+    """A ClientApp for this project (``overrides`` let tests and scripts set keys)."""
+    return ClientApp(client_fn=make_client_fn(overrides))
+
+
+app = make_client_app()

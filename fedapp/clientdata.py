@@ -1,0 +1,155 @@
+"""One client's data: its partition of the source, split train/val/test.
+
+Both the server (to check the data before any training) and the clients call
+into here; everything is cached per process, so a simulation worker that
+serves many clients decodes and partitions the source once.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedapp.config import RunConfig
+from fedapp.data import ArrayDataset, load_source, partition_indices, sample_external_test, split_stratified
+from fedapp.data.tensors import to_float_tensor
+from fedapp.errors import DataError
+from fedapp.training import TensorData
+
+LOCAL_SPLIT = (0.8, 0.1, 0.1)
+# With an external test split, the client's own data only feeds train and val.
+LOCAL_SPLIT_EXTERNAL_TEST = (0.9, 0.1, 0.0)
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """A client's tensors and what it knows about its labels."""
+
+    partition_id: int
+    train: TensorData
+    val: TensorData
+    test: TensorData
+    class_names: tuple[str, ...]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def label_counts(self) -> np.ndarray:
+        """Examples per class in the training split (the client's label prior)."""
+        return np.bincount(self.train.y.numpy(), minlength=self.num_classes)
+
+
+def _source_key(config: RunConfig) -> tuple:
+    keys = ("dataset", "data-dir", "hf-name", "image-size", "download", "cache-dir")
+    return tuple(config[k] for k in keys)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(
+    dataset: str, data_dir: str, hf_name: str, image_size: int, download: bool, cache_dir: str, split: str
+) -> ArrayDataset:
+    return load_source(
+        dataset,
+        data_dir=data_dir,
+        image_size=image_size,
+        download=download,
+        hf_name=hf_name,
+        split=split,
+        cache_dir=cache_dir,
+    )
+
+
+def load_dataset(config: RunConfig, split: str = "train", data_dir: str | None = None) -> ArrayDataset:
+    """The configured source (or ``data_dir`` in its place), decoded once per process."""
+    dataset, default_dir, hf_name, image_size, download, cache_dir = _source_key(config)
+    return _load_cached(
+        str(dataset), str(data_dir or default_dir), str(hf_name), int(image_size), bool(download), str(cache_dir), split
+    )
+
+
+def partition(config: RunConfig, labels: np.ndarray, num_partitions: int) -> list[np.ndarray]:
+    """The configured partition of ``labels`` into ``num_partitions`` clients."""
+    return partition_indices(
+        labels,
+        num_partitions,
+        str(config["partition"]),
+        alpha=float(config["alpha"]),
+        classes_per_client=int(config["classes-per-client"]),
+        shards_per_client=int(config["shards-per-client"]),
+        seed=int(config["seed"]),
+    )
+
+
+def check_data(config: RunConfig, num_partitions: int) -> ArrayDataset:
+    """Load and partition the source once, so bad data stops a run before training."""
+    source = load_dataset(config)
+    parts = partition(config, source.labels, num_partitions)
+    for pid, indices in enumerate(parts):
+        if len(indices) == 0:
+            raise DataError(
+                f"partition {pid} of {num_partitions} has no samples; use fewer clients or another partition"
+            )
+    if config["test-data-dir"]:
+        external = load_dataset(config, split="test", data_dir=str(config["test-data-dir"]))
+        _check_same_classes(source, external, str(config["test-data-dir"]))
+    return source
+
+
+def _check_same_classes(train: ArrayDataset, test: ArrayDataset, where: str) -> None:
+    if train.class_names != test.class_names:
+        raise DataError(
+            f"test-data-dir {where!r} has classes {list(test.class_names)[:5]}…, which differ from the "
+            f"training data's {list(train.class_names)[:5]}…"
+        )
+
+
+def _tensors(source: ArrayDataset, indices: np.ndarray) -> TensorData:
+    return TensorData(
+        x=to_float_tensor(source.images[indices]), y=torch.as_tensor(source.labels[indices], dtype=torch.long)
+    )
+
+
+def load_client_data(config: RunConfig, partition_id: int, num_partitions: int, local_data_dir: str = "") -> ClientData:
+    """Build client ``partition_id``'s splits.
+
+    With ``local_data_dir`` (a SuperNode's own files) the client uses all of that
+    data; otherwise it takes its partition of the configured source.
+    """
+    return _client_data_cached(config, partition_id, num_partitions, local_data_dir)
+
+
+@functools.lru_cache(maxsize=32)
+def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: int, local_data_dir: str) -> ClientData:
+    if not 0 <= partition_id < num_partitions:
+        raise DataError(f"partition-id {partition_id} is outside 0..{num_partitions - 1}")
+    seed = int(config["seed"]) * 1_000_003 + partition_id
+    if local_data_dir:
+        source = load_dataset(config, data_dir=local_data_dir)
+        indices = np.arange(len(source), dtype=np.int64)
+    else:
+        source = load_dataset(config)
+        indices = partition(config, source.labels, num_partitions)[partition_id]
+    if len(indices) == 0:
+        raise DataError(f"partition {partition_id} of {num_partitions} has no samples")
+    external_dir = str(config["test-data-dir"])
+    if external_dir:
+        split = split_stratified(indices, source.labels, LOCAL_SPLIT_EXTERNAL_TEST, seed=seed)
+        pool = load_dataset(config, split="test", data_dir=external_dir)
+        _check_same_classes(source, pool, external_dir)
+        size = max(1, len(pool) // num_partitions)
+        test_idx = sample_external_test(source.labels[split.train], pool.labels, size, seed=seed)
+        test = _tensors(pool, test_idx)
+    else:
+        split = split_stratified(indices, source.labels, LOCAL_SPLIT, seed=seed)
+        test = _tensors(source, split.test)
+    return ClientData(
+        partition_id=partition_id,
+        train=_tensors(source, split.train),
+        val=_tensors(source, split.val),
+        test=test,
+        class_names=source.class_names,
+    )

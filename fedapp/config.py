@@ -1,0 +1,252 @@
+"""Run configuration: the schema, YAML presets and validation.
+
+Every key a run accepts is declared once in :data:`SCHEMA` with its type, default
+and allowed range. Flower hands both apps the merged ``[tool.flwr.app.config]``
+table plus ``--run-config`` overrides; :func:`resolve_run_config` layers the
+selected YAML preset under the explicit overrides and validates the result
+before any data is touched or any model is built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedapp.errors import ConfigError
+
+Scalar = bool | int | float | str
+
+# The methods and their factories live in fedapp.registry; the names are
+# repeated here only as the set of valid values (a test keeps both in step).
+METHODS = ("fedavg", "standalone")
+DATASETS = ("digits", "imagefolder", "cifar10", "cifar100", "hf")
+PARTITIONS = ("iid", "dirichlet", "pathological", "shard")
+STATE_BACKENDS = ("memory", "disk")
+DEVICES = ("auto", "cpu", "cuda")
+DATASET_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100}
+# Where the app's own files live; presets given as relative paths are also
+# looked up here, so they resolve the same inside a Flower app bundle.
+APP_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Key:
+    """One run-config key: its type, default, and what values it accepts."""
+
+    type: type
+    default: Scalar
+    help: str
+    choices: tuple[str, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+
+    def check(self, name: str, value: Any) -> Scalar:
+        """Return ``value`` coerced to this key's type, or raise ConfigError."""
+        value = _coerce(name, value, self.type)
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"config key '{name}' = {value!r} is not one of: {', '.join(self.choices)}")
+        if self.type in (int, float):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"config key '{name}' = {value!r} must be a finite number")
+            if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+                bound = f"> {self.low}" if self.low_open else f">= {self.low}"
+                raise ConfigError(f"config key '{name}' = {value!r} must be {bound}")
+            if self.high is not None and value > self.high:
+                raise ConfigError(f"config key '{name}' = {value!r} must be <= {self.high}")
+        return value
+
+
+def _coerce(name: str, value: Any, kind: type) -> Scalar:
+    # bool is a subclass of int: refuse it for numeric keys explicitly.
+    is_bool = isinstance(value, bool)
+    if kind is bool and is_bool:
+        return value
+    if kind is int and isinstance(value, int) and not is_bool:
+        return value
+    if kind is float and isinstance(value, int | float) and not is_bool:
+        return float(value)
+    if kind is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"config key '{name}' = {value!r} has type {type(value).__name__}, expected {kind.__name__}")
+
+
+SCHEMA: dict[str, Key] = {
+    "preset": Key(str, "", "YAML file of key: value pairs layered under explicit overrides"),
+    "method": Key(str, "fedavg", "federated method", choices=METHODS),
+    "dataset": Key(str, "digits", "data source", choices=DATASETS),
+    "data-dir": Key(str, "", "folder or .tar.gz (imagefolder) or download root (cifar)"),
+    "test-data-dir": Key(str, "", "external test split; each client draws its test set from it"),
+    "hf-name": Key(str, "", "Hugging Face dataset name when dataset = hf"),
+    "download": Key(bool, False, "allow torchvision to download cifar10/cifar100"),
+    "image-size": Key(int, 32, "side length images are resized to", low=8, high=1024),
+    "cache-dir": Key(str, "", "where decoded image arrays are cached (default ~/.cache/fedapp)"),
+    "partition": Key(str, "dirichlet", "label partition scheme", choices=PARTITIONS),
+    "alpha": Key(float, 0.3, "Dirichlet concentration", low=0.0, low_open=True),
+    "classes-per-client": Key(int, 2, "classes per client (pathological)", low=1),
+    "shards-per-client": Key(int, 2, "shards per client (shard)", low=1),
+    "num-partitions": Key(int, 10, "clients when the node config does not say", low=1),
+    "num-rounds": Key(int, 15, "server rounds", low=1),
+    "fraction-fit": Key(float, 1.0, "share of clients trained per round", low=0.0, low_open=True, high=1.0),
+    "fraction-evaluate": Key(float, 1.0, "share of clients evaluated per round", low=0.0, low_open=True, high=1.0),
+    "min-clients": Key(int, 2, "fewest clients a round may run with", low=1),
+    "local-epochs": Key(int, 1, "local epochs per round", low=1),
+    "batch-size": Key(int, 32, "local mini-batch size", low=1),
+    "lr": Key(float, 0.05, "SGD learning rate", low=0.0, low_open=True),
+    "momentum": Key(float, 0.9, "SGD momentum", low=0.0, high=1.0),
+    "weight-decay": Key(float, 0.0, "SGD weight decay", low=0.0),
+    "seed": Key(int, 0, "seed of partitioning, sampling, initialisation and data order", low=0),
+    "model": Key(str, "cnn-1", "model name from the zoo"),
+    "pretrained": Key(str, "", "open_clip pretrained tag or local checkpoint path"),
+    "results-dir": Key(str, "results", "where run folders are written"),
+    "run-name": Key(str, "", "run folder name (default: method-dataset-partition-seed)"),
+    "state": Key(str, "memory", "where personal client state lives", choices=STATE_BACKENDS),
+    "state-dir": Key(str, "state", "root of on-disk client state (state = disk)"),
+    "device": Key(str, "auto", "torch device for local training", choices=DEVICES),
+    "target-accuracy": Key(float, 0.8, "accuracy for the rounds/MB-to-target summary", low=0.0, high=1.0),
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A validated run configuration; look values up by their config key."""
+
+    values: Mapping[str, Scalar]
+
+    def __hash__(self) -> int:  # hashable, so per-process caches can key on it
+        return hash(tuple(sorted(self.values.items())))
+
+    def __getitem__(self, key: str) -> Scalar:
+        return self.values[key]
+
+    def get(self, key: str, default: Scalar | None = None) -> Scalar | None:
+        return self.values.get(key, default)
+
+    def as_dict(self) -> dict[str, Scalar]:
+        return dict(self.values)
+
+    @property
+    def run_name(self) -> str:
+        name = str(self.values["run-name"])
+        if name:
+            return name
+        v = self.values
+        return f"{v['method']}-{v['dataset']}-{v['partition']}-s{v['seed']}"
+
+
+def defaults() -> dict[str, Scalar]:
+    """Return the default value of every key (what pyproject.toml declares)."""
+    return {name: key.default for name, key in SCHEMA.items()}
+
+
+def find_preset(path: str) -> Path:
+    """Locate a preset file given as absolute, relative to the CWD, or to the app."""
+    candidates = [Path(path).expanduser()]
+    if not candidates[0].is_absolute():
+        candidates.append(APP_ROOT / path)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"config key 'preset' = {path!r}: file not found (looked in {candidates})")
+
+
+def load_preset(path: str) -> dict[str, Any]:
+    """Read a YAML preset: a flat mapping of config keys to scalar values."""
+    file = find_preset(path)
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config key 'preset' = {path!r}: not valid YAML ({err})") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key 'preset' = {path!r}: expected a mapping of keys to values")
+    if "preset" in data:
+        raise ConfigError(f"config key 'preset' = {path!r}: a preset may not name another preset")
+    return data
+
+
+def resolve_run_config(run_config: Mapping[str, Any]) -> RunConfig:
+    """Merge defaults, the selected preset and explicit overrides, then validate.
+
+    Flower passes the app's defaults already merged with ``--run-config``, so an
+    override is recognised as a value that differs from the default; those win
+    over the preset, every other key takes the preset's value.
+    """
+    unknown = sorted(set(run_config) - set(SCHEMA))
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}; valid keys: {', '.join(SCHEMA)}")
+    base = defaults()
+    preset_name = SCHEMA["preset"].check("preset", run_config.get("preset", ""))
+    merged: dict[str, Any] = dict(base)
+    if preset_name:
+        preset = load_preset(str(preset_name))
+        bad = sorted(set(preset) - set(SCHEMA))
+        if bad:
+            raise ConfigError(f"unknown config key(s) in preset {preset_name!r}: {', '.join(bad)}")
+        merged.update(preset)
+    for name, value in run_config.items():
+        if name not in base or value != base[name]:
+            merged[name] = value
+    return validate(merged)
+
+
+def validate(values: Mapping[str, Any]) -> RunConfig:
+    """Check every key, then the rules that tie keys together."""
+    unknown = sorted(set(values) - set(SCHEMA))
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    checked = {name: key.check(name, values.get(name, key.default)) for name, key in SCHEMA.items()}
+    for rule in _CROSS_RULES:
+        rule(checked)
+    return RunConfig(values=checked)
+
+
+def _check_classes_per_client(v: dict[str, Scalar]) -> None:
+    total = DATASET_CLASSES.get(str(v["dataset"]))
+    if v["partition"] == "pathological" and total is not None and int(v["classes-per-client"]) > total:
+        raise ConfigError(
+            f"config key 'classes-per-client' = {v['classes-per-client']} is more than the "
+            f"{total} classes of dataset '{v['dataset']}'"
+        )
+
+
+def _check_model(v: dict[str, Scalar]) -> None:
+    from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps config import light
+
+    if v["model"] not in MODEL_NAMES:
+        raise ConfigError(f"config key 'model' = {v['model']!r} is not one of: {', '.join(MODEL_NAMES)}")
+
+
+def _check_data_paths(v: dict[str, Scalar]) -> None:
+    dataset = v["dataset"]
+    if dataset == "imagefolder" and not v["data-dir"]:
+        raise ConfigError("config key 'data-dir' is empty; dataset 'imagefolder' needs a folder or .tar.gz")
+    if dataset == "hf" and not v["hf-name"]:
+        raise ConfigError("config key 'hf-name' is empty; dataset 'hf' needs a Hugging Face dataset name")
+    if v["test-data-dir"] and dataset == "digits":
+        raise ConfigError("config key 'test-data-dir' is set, but dataset 'digits' has no separate test split")
+    for key in ("data-dir", "test-data-dir"):
+        path = str(v[key])
+        if path and dataset != "hf" and not Path(path).expanduser().exists():
+            if key == "data-dir" and dataset in ("cifar10", "cifar100") and v["download"]:
+                continue  # torchvision will create and fill it
+            raise ConfigError(f"config key '{key}' = {path!r}: path does not exist")
+
+
+def _check_clients(v: dict[str, Scalar]) -> None:
+    if int(v["min-clients"]) > int(v["num-partitions"]):
+        raise ConfigError(
+            f"config key 'min-clients' = {v['min-clients']} is more than 'num-partitions' = {v['num-partitions']}"
+        )
+
+
+_CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
+    _check_classes_per_client,
+    _check_model,
+    _check_data_paths,
+    _check_clients,
+)

@@ -1,0 +1,158 @@
+"""In-memory image dataset and the pixel conversions every source shares."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from fedapp.errors import DataError
+
+CACHE_ENV_VAR = "FEDAPP_CACHE_DIR"
+DEFAULT_CACHE_DIR = Path("~/.cache/fedapp")
+
+# Resizing a whole split at once as float32 can need gigabytes; chunks bound it.
+_RESIZE_CHUNK = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayDataset:
+    """A decoded image-classification dataset held in memory.
+
+    Attributes
+    ----------
+    images : np.ndarray
+        ``uint8`` RGB images of shape ``(N, H, W, 3)``.
+    labels : np.ndarray
+        ``int64`` class ids of shape ``(N,)``, each in ``[0, num_classes)``.
+    class_names : tuple[str, ...]
+        Name of each class id.
+
+    Raises
+    ------
+    DataError
+        If the arrays have the wrong dtype or shape, or a label is out of range.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    class_names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _check_images(self.images)
+        _check_labels(self.labels, len(self.images), len(self.class_names))
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (length of ``class_names``)."""
+        return len(self.class_names)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+def _check_images(images: np.ndarray) -> None:
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8:
+        raise DataError(
+            f"images must be a uint8 numpy array, got {type(images)!r} with dtype {getattr(images, 'dtype', None)}"
+        )
+    if images.ndim != 4 or images.shape[-1] != 3:
+        raise DataError(f"images must have shape (N, H, W, 3), got {images.shape}")
+
+
+def _check_labels(labels: np.ndarray, num_images: int, num_classes: int) -> None:
+    if not isinstance(labels, np.ndarray) or labels.dtype != np.int64:
+        raise DataError(f"labels must be an int64 numpy array, got dtype {getattr(labels, 'dtype', None)}")
+    if labels.shape != (num_images,):
+        raise DataError(f"labels have shape {labels.shape}, expected ({num_images},)")
+    if num_images and (labels.min() < 0 or labels.max() >= num_classes):
+        raise DataError(f"labels must lie in [0, {num_classes}), found [{labels.min()}, {labels.max()}]")
+
+
+def resize_images(images: np.ndarray, size: int) -> np.ndarray:
+    """Bilinearly resize a batch of ``uint8`` images to ``size`` x ``size``.
+
+    Parameters
+    ----------
+    images : np.ndarray
+        ``uint8`` array of shape ``(N, H, W, C)``.
+    size : int
+        Target height and width.
+
+    Returns
+    -------
+    np.ndarray
+        ``uint8`` array of shape ``(N, size, size, C)``; the input itself if it
+        already has that size.
+    """
+    if images.shape[1:3] == (size, size):
+        return images
+    out = np.empty((images.shape[0], size, size, images.shape[3]), dtype=np.uint8)
+    for start in range(0, images.shape[0], _RESIZE_CHUNK):
+        chunk = torch.from_numpy(np.ascontiguousarray(images[start : start + _RESIZE_CHUNK]))
+        chunk = chunk.permute(0, 3, 1, 2).float()
+        # antialias only matters when shrinking; it keeps downscaled images close
+        # to what PIL's bilinear resize produces for the imagefolder source.
+        resized = F.interpolate(chunk, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        resized = resized.round_().clamp_(0, 255).to(torch.uint8)
+        out[start : start + len(chunk)] = resized.permute(0, 2, 3, 1).numpy()
+    return out
+
+
+def pil_to_rgb_array(image: Image.Image, size: int) -> np.ndarray:
+    """Convert a PIL image to an RGB ``uint8`` array of shape ``(size, size, 3)``.
+
+    Parameters
+    ----------
+    image : PIL.Image.Image
+        Any mode; palette, grey and alpha images are converted to RGB.
+    size : int
+        Target height and width (bilinear resize).
+
+    Returns
+    -------
+    np.ndarray
+        The converted image.
+    """
+    rgb = image.convert("RGB")
+    if rgb.size != (size, size):
+        rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
+    return np.asarray(rgb, dtype=np.uint8)
+
+
+def check_image_size(image_size: int) -> int:
+    """Validate ``image_size`` and return it as an ``int``.
+
+    Raises
+    ------
+    DataError
+        If it is not a positive integer.
+    """
+    if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)):
+        raise DataError(f"image_size must be an integer, got {image_size!r}")
+    if image_size < 1:
+        raise DataError(f"image_size must be >= 1, got {image_size}")
+    return int(image_size)
+
+
+def resolve_cache_dir(cache_dir: str = "") -> Path:
+    """Where decoded datasets and extracted archives are cached.
+
+    Parameters
+    ----------
+    cache_dir : str
+        Explicit folder; wins over the ``FEDAPP_CACHE_DIR`` environment variable,
+        which wins over ``~/.cache/fedapp``.
+
+    Returns
+    -------
+    Path
+        The (not necessarily existing) absolute cache folder.
+    """
+    chosen = cache_dir or os.environ.get(CACHE_ENV_VAR, "") or str(DEFAULT_CACHE_DIR)
+    return Path(chosen).expanduser().resolve()

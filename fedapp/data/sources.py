@@ -1,0 +1,187 @@
+"""Load a whole image-classification source into an :class:`ArrayDataset`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr_datasets import FederatedDataset
+from PIL import Image
+from sklearn.datasets import load_digits
+
+from fedapp.data.arrays import (
+    ArrayDataset,
+    check_image_size,
+    pil_to_rgb_array,
+    resize_images,
+    resolve_cache_dir,
+)
+from fedapp.data.imagefolder import load_imagefolder
+from fedapp.errors import DataError
+
+__all__ = ["SOURCES", "ArrayDataset", "load_source"]
+
+SOURCES = ("digits", "imagefolder", "cifar10", "cifar100", "hf")
+
+_HF_IMAGE_COLUMNS = ("img", "image")
+_HF_LABEL_COLUMNS = ("label", "fine_label", "labels")
+_HF_BATCH = 512
+
+
+def load_source(
+    dataset: str,
+    *,
+    data_dir: str = "",
+    image_size: int = 32,
+    download: bool = False,
+    hf_name: str = "",
+    split: str = "train",
+    cache_dir: str = "",
+) -> ArrayDataset:
+    """Load one split of a source, decoded and resized, into memory.
+
+    Parameters
+    ----------
+    dataset : str
+        One of :data:`SOURCES`.
+    data_dir : str
+        ``imagefolder``: folder or ``.tar.gz``; ``cifar*``: torchvision root
+        (default ``<cache_dir>/<dataset>``); ``hf``: passed to
+        ``datasets.load_dataset(data_dir=...)``.
+    image_size : int
+        Images come back as ``image_size`` x ``image_size`` RGB.
+    download : bool
+        ``cifar*`` only: download missing files.
+    hf_name : str
+        ``hf`` only: the Hugging Face dataset name (e.g. ``"uoft-cs/cifar10"``).
+    split : str
+        Which split; ``digits`` has only one and rejects ``"test"``.
+    cache_dir : str
+        Cache folder (default ``$FEDAPP_CACHE_DIR`` or ``~/.cache/fedapp``).
+
+    Returns
+    -------
+    ArrayDataset
+        The split's images and labels.
+
+    Raises
+    ------
+    DataError
+        If the name is unknown or the source is missing, empty or corrupt.
+    """
+    image_size = check_image_size(image_size)
+    if dataset == "digits":
+        return _load_digits(image_size, split)
+    if dataset == "imagefolder":
+        return load_imagefolder(data_dir, image_size=image_size, split=split, cache_dir=cache_dir)
+    if dataset in ("cifar10", "cifar100"):
+        return _load_cifar(
+            dataset, data_dir=data_dir, split=split, download=download, image_size=image_size, cache_dir=cache_dir
+        )
+    if dataset == "hf":
+        return _load_hf(hf_name, data_dir=data_dir, split=split, image_size=image_size, cache_dir=cache_dir)
+    raise DataError(f"unknown dataset {dataset!r}; valid: {', '.join(SOURCES)}")
+
+
+def _load_digits(image_size: int, split: str) -> ArrayDataset:
+    if split == "test":
+        raise DataError("dataset 'digits' has a single split; it has no 'test' split (each client splits its own data)")
+    bunch = load_digits()
+    # Pixel values are 0..16 (4x4 block counts), not 0..255.
+    gray = np.rint(bunch.images * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)
+    rgb = np.repeat(gray[..., np.newaxis], 3, axis=-1)
+    return ArrayDataset(
+        images=resize_images(rgb, image_size),
+        labels=bunch.target.astype(np.int64),
+        class_names=tuple(str(n) for n in bunch.target_names),
+    )
+
+
+def _load_cifar(
+    name: str, *, data_dir: str, split: str, download: bool, image_size: int, cache_dir: str
+) -> ArrayDataset:
+    # torchvision takes seconds to import and only the CIFAR sources need it.
+    from torchvision.datasets import CIFAR10, CIFAR100  # noqa: PLC0415
+
+    if split not in ("train", "test"):
+        raise DataError(f"dataset {name!r} has splits 'train' and 'test', got {split!r}")
+    cls = CIFAR10 if name == "cifar10" else CIFAR100
+    root = Path(data_dir).expanduser() if data_dir else resolve_cache_dir(cache_dir) / name
+    try:
+        source = cls(root=str(root), train=split == "train", download=download)
+    except RuntimeError as exc:
+        # torchvision's "Dataset not found or corrupted" (also after a bad download).
+        raise DataError(
+            f"{name} files not found or corrupt under {root}: set download=true, or "
+            f"point data-dir at the folder that contains an extracted "
+            f"'{cls.base_folder}'"
+        ) from exc
+    except OSError as exc:
+        raise DataError(f"downloading {name} into {root} failed: {exc}") from exc
+    images = np.asarray(source.data, dtype=np.uint8)
+    return ArrayDataset(
+        images=resize_images(images, image_size),
+        labels=np.asarray(source.targets, dtype=np.int64),
+        class_names=tuple(source.classes),
+    )
+
+
+def _load_hf(hf_name: str, *, data_dir: str, split: str, image_size: int, cache_dir: str) -> ArrayDataset:
+    if not hf_name:
+        raise DataError("dataset 'hf' needs hf_name (a Hugging Face dataset name)")
+    table = _load_hf_split(hf_name, data_dir=data_dir, split=split, cache_dir=cache_dir)
+    image_col = _first_column(table.column_names, _HF_IMAGE_COLUMNS, hf_name, "image")
+    label_col = _first_column(table.column_names, _HF_LABEL_COLUMNS, hf_name, "label")
+    labels = np.asarray(table[label_col], dtype=np.int64)
+    images = np.empty((len(labels), image_size, image_size, 3), dtype=np.uint8)
+    batches = table.select_columns([image_col]).iter(batch_size=_HF_BATCH)
+    for start, batch in _enumerate_batches(batches, image_col):
+        for offset, item in enumerate(batch):
+            images[start + offset] = _hf_image_to_array(item, image_size)
+    names = getattr(table.features[label_col], "names", None)
+    if not names:
+        names = [str(i) for i in range(int(labels.max()) + 1 if len(labels) else 0)]
+    return ArrayDataset(images=images, labels=labels, class_names=tuple(names))
+
+
+def _load_hf_split(hf_name: str, *, data_dir: str, split: str, cache_dir: str) -> Any:
+    """One split through flwr-datasets' ``FederatedDataset`` (a single partition)."""
+    extra: dict[str, str] = {}
+    if data_dir:
+        extra["data_dir"] = data_dir
+    if cache_dir:
+        # Only an explicit cache_dir moves HF's cache; otherwise HF's own
+        # configuration (HF_DATASETS_CACHE) applies.
+        extra["cache_dir"] = str(Path(cache_dir).expanduser() / "hf")
+    # shuffle=False: order does not matter here (partitioning reshuffles), and
+    # a stable order keeps indices comparable between runs.
+    fds = FederatedDataset(dataset=hf_name, partitioners={split: 1}, shuffle=False, **extra)
+    try:
+        return fds.load_split(split)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot load split {split!r} of Hugging Face dataset {hf_name!r}: {exc}") from exc
+
+
+def _first_column(columns: list[str], candidates: tuple[str, ...], hf_name: str, what: str) -> str:
+    for name in candidates:
+        if name in columns:
+            return name
+    raise DataError(
+        f"Hugging Face dataset {hf_name!r} has no {what} column (looked for {list(candidates)}, found {columns})"
+    )
+
+
+def _enumerate_batches(batches: Iterable[dict[str, list[Any]]], column: str) -> Iterable[tuple[int, list[Any]]]:
+    start = 0
+    for batch in batches:
+        yield start, batch[column]
+        start += len(batch[column])
+
+
+def _hf_image_to_array(item: Any, image_size: int) -> np.ndarray:
+    if not isinstance(item, Image.Image):
+        # Some datasets store raw pixel arrays instead of an Image feature.
+        item = Image.fromarray(np.asarray(item, dtype=np.uint8))
+    return pil_to_rgb_array(item, image_size)

@@ -1,0 +1,197 @@
+"""Run a simulation with ``flwr run`` in a self-contained Flower home, then clean up.
+
+``flwr run .`` submits the app to a local SuperLink that it starts on first use
+and leaves running. This launcher gives the run its own ``FLWR_HOME`` with a
+federation sized for the run (N simulated SuperNodes, 1 CPU each unless told
+otherwise), streams the logs until the run ends, checks that the results were
+written, and stops the SuperLink it started, by PID::
+
+    python -m fedapp.launch                                  # the default run
+    python -m fedapp.launch --run-config 'method="standalone" partition="pathological"'
+    python -m fedapp.launch --preset conf/fedavg-cifar10.yaml --run-config 'data-dir="/data/cifar10-train.tar.gz"'
+
+Everything after the options is the ordinary ``--run-config`` syntax of Flower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import tomli_w
+
+from fedapp.config import APP_ROOT, resolve_run_config
+from fedapp.errors import FedAppError
+
+
+def federation_toml(num_supernodes: int, cpus_per_client: float, gpus_per_client: float) -> str:
+    """The ``config.toml`` of a Flower home whose default connection is a local simulation."""
+    client_resources: dict[str, float] = {"num-cpus": cpus_per_client}
+    if gpus_per_client:
+        client_resources["num-gpus"] = gpus_per_client
+    return tomli_w.dumps(
+        {
+            "superlink": {
+                "default": "local",
+                "local": {
+                    "address": ":local:",
+                    "options": {
+                        "num-supernodes": num_supernodes,
+                        "backend": {"client-resources": client_resources},
+                    },
+                },
+            }
+        }
+    )
+
+
+def parse_overrides(text: list[str]) -> dict:
+    """Parse Flower-style ``key=value`` overrides with TOML values (as ``flwr run`` does)."""
+    import tomllib  # noqa: PLC0415
+
+    values: dict = {}
+    for chunk in text:
+        for item in shlex.split(chunk, posix=False):
+            key, sep, raw = item.partition("=")
+            if not sep:
+                raise FedAppError(f"--run-config item {item!r} is not key=value")
+            values.update(tomllib.loads(f'"{key}" = {raw}'))
+    return values
+
+
+def superlink_pids(flwr_home: Path) -> list[int]:
+    """PIDs of SuperLink processes whose database lives in ``flwr_home``."""
+    out = subprocess.run(["pgrep", "-f", f"flower-superlink.*{flwr_home}"], capture_output=True, text=True, check=False)
+    return [int(pid) for pid in out.stdout.split()]
+
+
+def stop_processes(pids: list[int], timeout: float = 10.0) -> None:
+    """SIGTERM, wait, then SIGKILL what is left, for each PID and its process group."""
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        if _alive(pid):
+            _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    # The process group first: a SuperLink's or SuperNode's app processes die with it.
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, sig)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie has exited; it only waits to be reaped by its parent
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def run(
+    overrides: dict,
+    *,
+    num_clients: int | None = None,
+    cpus_per_client: float = 1.0,
+    gpus_per_client: float = 0.0,
+    flwr_home: Path | None = None,
+    app_dir: Path = APP_ROOT,
+    timeout: float | None = None,
+) -> Path:
+    """Run one simulation through ``flwr run`` and return its results folder.
+
+    The configuration is validated here first, so a bad key fails in a second
+    instead of inside the SuperLink.
+    """
+    config = resolve_run_config(overrides)
+    num_clients = num_clients or int(config["num-partitions"])
+    if num_clients != int(config["num-partitions"]):
+        overrides = {**overrides, "num-partitions": num_clients}
+        config = resolve_run_config(overrides)
+    results = Path(str(config["results-dir"])).expanduser()
+    if not results.is_absolute():
+        # The ServerApp runs in another process; give it an absolute path.
+        results = Path.cwd() / results
+        overrides = {**overrides, "results-dir": str(results)}
+    run_dir = results / config.run_name
+    home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(federation_toml(num_clients, cpus_per_client, gpus_per_client))
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+    }
+    run_config = " ".join(f"{key}={_toml_value(value)}" for key, value in overrides.items())
+    command = ["flwr", "run", str(app_dir), "local", "--stream"]
+    if run_config:
+        command += ["--run-config", run_config]
+    summary = run_dir / "summary.json"
+    started = time.time()
+    try:
+        subprocess.run(command, env=env, check=True, timeout=timeout)
+    finally:
+        stop_processes(superlink_pids(home))
+    if not summary.exists() or summary.stat().st_mtime < started:
+        raise FedAppError(f"the run ended without writing {summary}; see the log above")
+    rounds = json.loads(summary.read_text()).get("rounds", 0)
+    if rounds < int(config["num-rounds"]):
+        raise FedAppError(f"the run stopped after {rounds} of {config['num-rounds']} rounds; see the log above")
+    return run_dir
+
+
+def _toml_value(value: object) -> str:
+    return tomli_w.dumps({"v": value}).split("=", 1)[1].strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", help="YAML preset in conf/ (same as --run-config 'preset=\"...\"')")
+    parser.add_argument("--run-config", action="append", default=[], help="Flower-style 'key=value ...' overrides")
+    parser.add_argument("--num-clients", type=int, help="simulated SuperNodes (default: num-partitions)")
+    parser.add_argument("--cpus-per-client", type=float, default=1.0)
+    parser.add_argument("--gpus-per-client", type=float, default=0.0)
+    parser.add_argument("--flwr-home", type=Path, help="Flower home to use (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    try:
+        overrides = parse_overrides(args.run_config)
+        if args.preset:
+            overrides["preset"] = args.preset
+        run_dir = run(
+            overrides,
+            num_clients=args.num_clients,
+            cpus_per_client=args.cpus_per_client,
+            gpus_per_client=args.gpus_per_client,
+            flwr_home=args.flwr_home,
+        )
+    except FedAppError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as err:
+        print(f"error: flwr run failed with exit code {err.returncode}", file=sys.stderr)
+        return 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    print(f"results: {run_dir}")
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

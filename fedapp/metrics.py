@@ -1,0 +1,174 @@
+"""Per-round metrics, byte accounting and the files a run leaves behind.
+
+A run writes ``<results-dir>/<run-name>/``: ``config.yaml`` (the resolved
+configuration), ``metrics.jsonl`` (one JSON object per round), ``summary.json``
+and two plots, accuracy against round and against megabytes communicated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+# A child of Flower's logger, so our lines appear wherever Flower's log goes.
+log = logging.getLogger("flwr.fedapp")
+
+MB = 1024 * 1024
+
+
+def payload_bytes(tensors: Sequence[bytes]) -> int:
+    """Bytes of the serialized arrays that travel in one message."""
+    return sum(len(t) for t in tensors)
+
+
+@dataclass(frozen=True)
+class AccuracyStats:
+    """Mean, worst and standard deviation of per-client accuracies."""
+
+    mean: float
+    worst: float
+    std: float
+    clients: int
+
+    @classmethod
+    def of(cls, accuracies: Sequence[float]) -> AccuracyStats:
+        values = np.asarray([a for a in accuracies if math.isfinite(a)], dtype=np.float64)
+        if values.size == 0:
+            return cls(mean=float("nan"), worst=float("nan"), std=float("nan"), clients=0)
+        return cls(
+            mean=float(values.mean()), worst=float(values.min()), std=float(values.std()), clients=int(values.size)
+        )
+
+
+@dataclass
+class RoundRecord:
+    """Everything one round logs; one line of ``metrics.jsonl``."""
+
+    round: int
+    acc_mean: float
+    acc_worst: float
+    acc_std: float
+    clients_evaluated: int
+    global_acc: float | None
+    train_loss: float
+    clients_fit: int
+    clients_failed: int
+    bytes_up_per_client: float
+    bytes_down_per_client: float
+    bytes_round_total: int
+    mb_cumulative: float
+    round_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        record = asdict(self)
+        extra = record.pop("extra")
+        record.update(extra)
+        return json.dumps(record, allow_nan=True, sort_keys=False)
+
+
+def progress_line(record: RoundRecord, num_rounds: int) -> str:
+    """The one readable server log line per round."""
+    glob = "" if record.global_acc is None else f" | global {record.global_acc:.3f}"
+    failed = f" ({record.clients_failed} failed)" if record.clients_failed else ""
+    return (
+        f"round {record.round}/{num_rounds} | acc mean {record.acc_mean:.3f} worst {record.acc_worst:.3f}"
+        f"{glob} | loss {record.train_loss:.3f} | fit {record.clients_fit}{failed} | "
+        f"{record.mb_cumulative:.2f} MB | {record.round_seconds:.1f}s"
+    )
+
+
+class RunRecorder:
+    """Writes a run's results folder as rounds complete."""
+
+    def __init__(self, results_dir: str | Path, run_name: str, config: dict[str, Any], target_accuracy: float):
+        self.directory = Path(results_dir).expanduser() / run_name
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.target_accuracy = target_accuracy
+        self.records: list[RoundRecord] = []
+        (self.directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
+        # A rerun under the same name starts a fresh metrics file.
+        self.metrics_path = self.directory / "metrics.jsonl"
+        self.metrics_path.write_text("")
+
+    def add(self, record: RoundRecord) -> None:
+        self.records.append(record)
+        with self.metrics_path.open("a") as handle:
+            handle.write(record.to_json() + "\n")
+        self.write_summary()
+
+    def summary(self) -> dict[str, Any]:
+        if not self.records:
+            return {"rounds": 0}
+        last = self.records[-1]
+        reached = next((r for r in self.records if r.acc_mean >= self.target_accuracy), None)
+        return {
+            "rounds": len(self.records),
+            "final_acc_mean": last.acc_mean,
+            "final_acc_worst": last.acc_worst,
+            "final_acc_std": last.acc_std,
+            "final_global_acc": last.global_acc,
+            "best_acc_mean": max(r.acc_mean for r in self.records),
+            "total_mb": last.mb_cumulative,
+            "total_seconds": sum(r.round_seconds for r in self.records),
+            "mean_round_seconds": float(np.mean([r.round_seconds for r in self.records])),
+            "target_accuracy": self.target_accuracy,
+            "rounds_to_target": None if reached is None else reached.round,
+            "mb_to_target": None if reached is None else reached.mb_cumulative,
+        }
+
+    def write_summary(self) -> None:
+        (self.directory / "summary.json").write_text(json.dumps(self.summary(), indent=2))
+
+    def write_plots(self) -> list[Path]:
+        """Accuracy against round and against MB communicated, as PNG files."""
+        if not self.records:
+            return []
+        import matplotlib  # noqa: PLC0415 - plotting is only needed at the end of a run
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+
+        rounds = [r.round for r in self.records]
+        megabytes = [r.mb_cumulative for r in self.records]
+        paths = []
+        for xs, xlabel, name in (
+            (rounds, "round", "accuracy_vs_round.png"),
+            (megabytes, "MB communicated", "accuracy_vs_mb.png"),
+        ):
+            fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+            ax.plot(xs, [r.acc_mean for r in self.records], marker="o", label="mean client acc")
+            ax.plot(xs, [r.acc_worst for r in self.records], linestyle="--", label="worst client acc")
+            if any(r.global_acc is not None for r in self.records):
+                ax.plot(
+                    xs,
+                    [r.global_acc if r.global_acc is not None else np.nan for r in self.records],
+                    linestyle=":",
+                    label="global acc",
+                )
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("accuracy")
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3)
+            ax.legend(loc="lower right", fontsize=8)
+            ax.set_title(self.directory.name, fontsize=9)
+            fig.tight_layout()
+            path = self.directory / name
+            fig.savefig(path)
+            plt.close(fig)
+            paths.append(path)
+        return paths
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Load a ``metrics.jsonl`` file (for tests, reports and benchmarks)."""
+    lines = Path(path).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]

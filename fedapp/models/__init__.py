@@ -1,0 +1,116 @@
+"""Model zoo and backbone loading: one factory, architectures described as data.
+
+:func:`build_model` builds the client CNNs by name; :func:`load_open_clip`
+loads frozen open_clip backbones. open_clip itself is imported only when a
+CLIP function is called, so using the CNN zoo stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from torch import nn
+
+from fedapp.errors import ModelError
+from fedapp.models.clip import (
+    TINY_CLIP,
+    TINY_MODELS,
+    TINY_VIT_B,
+    LoadedClip,
+    clear_clip_cache,
+    load_open_clip,
+    register_tiny_configs,
+)
+from fedapp.models.cnn import (
+    CNN_CONFIGS,
+    VGG_CONFIGS,
+    CNNConfig,
+    HeteroCNN,
+    SmallVGG,
+    VGGConfig,
+)
+
+__all__ = [
+    "MODEL_NAMES",
+    "TINY_CLIP",
+    "TINY_MODELS",
+    "TINY_VIT_B",
+    "ZOO",
+    "CNNConfig",
+    "HeteroCNN",
+    "LoadedClip",
+    "SmallVGG",
+    "VGGConfig",
+    "build_model",
+    "clear_clip_cache",
+    "count_parameters",
+    "load_open_clip",
+    "register_tiny_configs",
+]
+
+ZOO: dict[str, Callable[..., nn.Module]] = {
+    **{name: partial(HeteroCNN, cfg) for name, cfg in CNN_CONFIGS.items()},
+    **{name: partial(SmallVGG, cfg) for name, cfg in VGG_CONFIGS.items()},
+}
+"""Name -> constructor ``(num_classes, *, image_size, in_channels) -> nn.Module``."""
+
+MODEL_NAMES: tuple[str, ...] = tuple(ZOO)
+
+
+def build_model(
+    name: str,
+    num_classes: int,
+    *,
+    image_size: int = 32,
+    in_channels: int = 3,
+) -> nn.Module:
+    """Build a zoo model by name.
+
+    Weights use torch's default initialisation; seed torch beforehand for a
+    reproducible model.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`MODEL_NAMES` (case-insensitive).
+    num_classes : int
+        Output width of the model's ``head``.
+    image_size : int, default 32
+        Side of the square input images.
+    in_channels : int, default 3
+        Channels of the input images.
+
+    Returns
+    -------
+    nn.Module
+        A model with ``features(x)``, ``head``, ``feature_dim`` and
+        ``forward(x) == head(features(x))``.
+
+    Raises
+    ------
+    ModelError
+        If ``name`` is unknown or a size is invalid for that architecture.
+    """
+    key = name.strip().lower() if isinstance(name, str) else ""
+    if key not in ZOO:
+        raise ModelError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
+    return ZOO[key](num_classes, image_size=image_size, in_channels=in_channels)
+
+
+def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
+    """Count a module's parameters (shared tensors once).
+
+    Parameters
+    ----------
+    module : nn.Module
+        The module to count.
+    trainable_only : bool, default False
+        Count only parameters with ``requires_grad``.
+
+    Returns
+    -------
+    int
+        Total number of scalar parameters.
+    """
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,284 @@
+"""Loading frozen open_clip backbones, offline when asked to be.
+
+``pretrained`` is resolved here, before open_clip sees it, so that every bad
+value fails fast with a :class:`~fedapp.errors.ModelError` and an unknown tag
+never triggers a download attempt:
+
+* ``""`` or ``"none"``: random initialisation, no network;
+* a local file (``.pt``, ``.pth``, ``.bin``, ``.safetensors``, ``.npz``, or
+  anything containing a path separator): architecture built, then checkpoint
+  loaded;
+* otherwise an open_clip pretrained tag for ``model_name``, downloaded by
+  open_clip as usual.
+
+The tiny configs shipped in ``model_configs/`` build random-init models that
+run in milliseconds on CPU, for tests and smoke runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from fedapp.errors import ModelError
+
+if TYPE_CHECKING:
+    from open_clip.model import CLIP
+
+__all__ = [
+    "TINY_CLIP",
+    "TINY_CONFIG_DIR",
+    "TINY_MODELS",
+    "TINY_VIT_B",
+    "LoadedClip",
+    "clear_clip_cache",
+    "load_open_clip",
+    "register_tiny_configs",
+]
+
+TINY_CLIP = "fedapp-tiny-clip"
+"""Tiny random-init CLIP (embed 32, widths 64, 2+2 layers, 32x32 images)."""
+
+TINY_VIT_B = "fedapp-tiny-vit-b"
+"""ViT-B-32 widths (embed 512, vision 768, text 512) with only 2+2 layers.
+
+For exercising code whose shapes must match a real ViT-B-32 without weights.
+"""
+
+TINY_MODELS: tuple[str, ...] = (TINY_CLIP, TINY_VIT_B)
+TINY_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
+
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "pure_fp16", "pure_bf16")
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".npz")
+_RANDOM_INIT = ("", "none")
+_COMMON_MODELS = ("ViT-B-32", "ViT-B-16", "ViT-L-14", "RN50")
+
+
+def _open_clip() -> ModuleType:
+    # Lazy: importing open_clip (and timm) takes seconds that CNN-only clients should not pay.
+    import open_clip  # noqa: PLC0415
+
+    return open_clip
+
+
+@dataclass(frozen=True)
+class LoadedClip:
+    """A frozen open_clip model with what is needed to feed it.
+
+    Attributes
+    ----------
+    model : open_clip.model.CLIP
+        In ``eval()`` mode with ``requires_grad=False`` on every parameter.
+        Shared by every caller in the process (see :func:`load_open_clip`):
+        do not train or mutate it in place.
+    preprocess : callable
+        open_clip's evaluation transform (PIL image -> tensor).
+    tokenizer : callable
+        Maps a string or list of strings to a ``(N, context_length)`` tensor.
+    model_name : str
+        The open_clip model config name.
+    pretrained : str
+        Normalised source: ``""`` (random init), an absolute checkpoint path, or
+        a cleaned pretrained tag.
+    embed_dim : int
+        Width of the joint image/text embedding.
+    text_width : int
+        Width of the text tower's token embeddings.
+    vision_width : int
+        Width of the vision tower's residual stream (pre-projection features).
+    """
+
+    model: CLIP
+    preprocess: Callable[[Any], torch.Tensor]
+    tokenizer: Callable[..., torch.Tensor]
+    model_name: str
+    pretrained: str
+    embed_dim: int
+    text_width: int
+    vision_width: int
+
+
+def register_tiny_configs() -> None:
+    """Make the configs in ``model_configs/`` known to open_clip.
+
+    Idempotent: the directory is added once, so repeated calls neither grow
+    open_clip's search path nor rescan it.
+    """
+    open_clip = _open_clip()
+    # add_model_config appends to open_clip's search path unconditionally.
+    if TINY_CONFIG_DIR in open_clip.factory._MODEL_CONFIG_PATHS and all(
+        name in open_clip.list_models() for name in TINY_MODELS
+    ):
+        return
+    open_clip.add_model_config(TINY_CONFIG_DIR)
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or os.sep in value or value.startswith("~") or value.lower().endswith(_CHECKPOINT_SUFFIXES)
+
+
+def _resolve_model_name(model_name: str) -> str:
+    open_clip = _open_clip()
+    # open_clip itself accepts "ViT-B/32" for "ViT-B-32".
+    name = model_name.strip().replace("/", "-")
+    valid = open_clip.list_models()
+    if name in valid:
+        return name
+    close = difflib.get_close_matches(name, valid, n=5, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    examples = [*TINY_MODELS, *(m for m in _COMMON_MODELS if m in valid)]
+    raise ModelError(
+        f"unknown open_clip model {model_name!r}.{hint} Valid names include "
+        f"{', '.join(examples)} ({len(valid)} in total, see open_clip.list_models())"
+    )
+
+
+def _resolve_pretrained(model_name: str, pretrained: str) -> str:
+    """Normalise ``pretrained`` to ``""``, an absolute file path or a clean tag.
+
+    Runs before any open_clip loading, so nothing is downloaded for a bad value.
+    """
+    open_clip = _open_clip()
+    value = (pretrained or "").strip()
+    if value.lower() in _RANDOM_INIT:
+        return ""
+    if _looks_like_path(value):
+        path = Path(value).expanduser()
+        if not path.is_file():
+            kind = "is a directory, not a file" if path.is_dir() else "not found"
+            raise ModelError(f"checkpoint {kind}: {value}")
+        return str(path.resolve())
+    tags = open_clip.list_pretrained_tags_by_model(model_name)
+    # open_clip matches tags case-insensitively with "-" read as "_".
+    tag = value.lower().replace("-", "_")
+    if tag in tags:
+        return tag
+    # A bare file name in the working directory is still a checkpoint.
+    if Path(value).is_file():
+        return str(Path(value).resolve())
+    known = (
+        f"valid tags: {', '.join(tags)}"
+        if tags
+        else "it has no pretrained tags; pass '' for random init or a checkpoint path"
+    )
+    raise ModelError(f"unknown pretrained tag {pretrained!r} for {model_name}; {known}")
+
+
+def _text_width(model: nn.Module, cfg: dict[str, Any]) -> int:
+    text = getattr(model, "text", model)  # CustomTextCLIP keeps the tower in .text
+    embedding = getattr(text, "token_embedding", None)
+    if isinstance(embedding, nn.Embedding):
+        return int(embedding.embedding_dim)
+    hf_config = getattr(getattr(text, "transformer", None), "config", None)
+    if hf_config is not None and hasattr(hf_config, "hidden_size"):
+        return int(hf_config.hidden_size)
+    return int(cfg["text_cfg"]["width"])
+
+
+def _vision_width(model: nn.Module, cfg: dict[str, Any]) -> int:
+    visual = model.visual
+    transformer = getattr(visual, "transformer", None)
+    if transformer is not None and hasattr(transformer, "width"):
+        return int(transformer.width)  # open_clip ViT
+    trunk = getattr(visual, "trunk", None)
+    if trunk is not None and hasattr(trunk, "num_features"):
+        return int(trunk.num_features)  # timm tower
+    attnpool = getattr(visual, "attnpool", None)
+    if attnpool is not None:
+        return int(attnpool.c_proj.in_features)  # ModifiedResNet
+    return int(cfg["vision_cfg"]["width"])
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(model_name: str, pretrained: str, device: str, precision: str) -> LoadedClip:
+    open_clip = _open_clip()
+    try:
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            model_name,
+            pretrained=pretrained or None,
+            device=device,
+            precision=precision,
+        )
+    except Exception as err:
+        # Name the source: a corrupt or mismatched checkpoint and a failed tag
+        # download both surface as bare RuntimeErrors inside open_clip.
+        if Path(pretrained).is_absolute():  # resolved checkpoint paths are absolute
+            raise ModelError(f"checkpoint {pretrained} could not be loaded into {model_name}: {err}") from err
+        if pretrained:
+            raise ModelError(
+                f"could not fetch pretrained weights {model_name}:{pretrained} ({err}); "
+                "offline runs need a local checkpoint path"
+            ) from err
+        raise
+    model.eval()
+    model.requires_grad_(False)
+    cfg = open_clip.get_model_config(model_name)
+    return LoadedClip(
+        model=model,
+        preprocess=preprocess,
+        tokenizer=open_clip.get_tokenizer(model_name),
+        model_name=model_name,
+        pretrained=pretrained,
+        embed_dim=int(cfg["embed_dim"]),
+        text_width=_text_width(model, cfg),
+        vision_width=_vision_width(model, cfg),
+    )
+
+
+def load_open_clip(
+    model_name: str,
+    pretrained: str = "",
+    *,
+    device: str = "cpu",
+    precision: str = "fp32",
+) -> LoadedClip:
+    """Load a frozen open_clip model, its eval transform and tokenizer.
+
+    Results are cached per process, keyed on the normalised arguments, so a
+    worker builds each backbone once; the same :class:`LoadedClip` is returned
+    to every caller.
+
+    Parameters
+    ----------
+    model_name : str
+        An open_clip config name (``open_clip.list_models()``) or one of
+        :data:`TINY_MODELS`.
+    pretrained : str, default ""
+        ``""``/``"none"`` for random init, a local checkpoint file, or an
+        open_clip pretrained tag for ``model_name``.
+    device : str, default "cpu"
+        Torch device to place the model on.
+    precision : str, default "fp32"
+        One of :data:`PRECISIONS`.
+
+    Returns
+    -------
+    LoadedClip
+        The frozen model (``eval()``, no parameter requires grad) and metadata.
+
+    Raises
+    ------
+    ModelError
+        Unknown model name, unknown tag, missing or unloadable checkpoint,
+        unknown precision, or a failed tag download.
+    """
+    register_tiny_configs()
+    if precision not in PRECISIONS:
+        raise ModelError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
+    name = _resolve_model_name(model_name)
+    source = _resolve_pretrained(name, pretrained)
+    return _load_cached(name, source, str(device), precision)
+
+
+def clear_clip_cache() -> None:
+    """Drop every cached :class:`LoadedClip` (frees the backbones' memory)."""
+    _load_cached.cache_clear()

@@ -1,0 +1,59 @@
+"""Method name → (server strategy, edge client), resolved lazily.
+
+Entries are import paths, so a client process imports only its own client
+module (a FedD2P edge device never pulls in the server's foundation model).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from fedapp.config import METHODS
+from fedapp.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """Where a method's two halves live, and what it shares."""
+
+    strategy: str
+    client: str
+    summary: str
+
+
+REGISTRY: dict[str, MethodSpec] = {
+    "fedavg": MethodSpec(
+        "strategies.fedavg:FedAvgStrategy",
+        "clients.fedavg:FedAvgClient",
+        "one shared model, example-weighted averaging (McMahan et al., 2017)",
+    ),
+    "standalone": MethodSpec(
+        "strategies.standalone:StandaloneStrategy",
+        "clients.standalone:StandaloneClient",
+        "each client trains its own model alone; nothing is shared",
+    ),
+}
+assert set(REGISTRY) == set(METHODS), "fedapp.config.METHODS and REGISTRY must name the same methods"
+
+
+def _resolve(path: str) -> type:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def method_spec(method: str) -> MethodSpec:
+    try:
+        return REGISTRY[method]
+    except KeyError:
+        raise ConfigError(f"config key 'method' = {method!r} is not one of: {', '.join(REGISTRY)}") from None
+
+
+def strategy_class(method: str) -> type:
+    """The Strategy subclass that runs ``method`` on the server."""
+    return _resolve(method_spec(method).strategy)
+
+
+def client_class(method: str) -> type:
+    """The NumPyClient subclass that runs ``method`` on an edge device."""
+    return _resolve(method_spec(method).client)

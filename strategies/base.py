@@ -1,0 +1,250 @@
+"""What every method's server side shares: sampling, validation, bytes, metrics.
+
+A method's strategy subclasses :class:`FedAppStrategy` and fills in three
+hooks: :meth:`~FedAppStrategy.initial_arrays` (the global state it starts
+from), :meth:`~FedAppStrategy.aggregate_updates` (how validated client payloads
+become the next global state) and, optionally,
+:meth:`~FedAppStrategy.fit_config`. Everything else, including the per-round
+metrics line, happens here once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.common import (
+    EvaluateIns,
+    EvaluateRes,
+    FitIns,
+    FitRes,
+    Parameters,
+    Scalar,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.strategy import Strategy
+
+from fedapp.aggregation import Arrays, update_problem
+from fedapp.config import RunConfig
+from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
+
+log = logging.getLogger("flwr.fedapp")
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """One client's validated reply to a fit instruction."""
+
+    cid: str
+    arrays: Arrays
+    num_examples: int
+    metrics: dict[str, Scalar]
+    bytes_up: int
+
+
+@dataclass
+class _RoundLog:
+    """What a round accumulates between fit and evaluate."""
+
+    started: float = field(default_factory=time.perf_counter)
+    clients_fit: int = 0
+    clients_failed: int = 0
+    train_loss: float = float("nan")
+    bytes_up: list[int] = field(default_factory=list)
+    bytes_down: list[int] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class FedAppStrategy(Strategy):
+    """Base strategy of every method in this project.
+
+    Parameters
+    ----------
+    config
+        The validated run configuration.
+    num_classes
+        Classes of the task (the output size of every model).
+    recorder
+        Where per-round metrics go; None keeps them in memory only
+        (:attr:`history`), e.g. inside someone else's ServerApp.
+    """
+
+    #: Whether the method keeps one global model whose accuracy is meaningful.
+    has_global_model: bool = True
+
+    def __init__(self, config: RunConfig, num_classes: int, recorder: RunRecorder | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.num_classes = num_classes
+        self.recorder = recorder
+        self.history: list[RoundRecord] = []
+        self._round_log: dict[int, _RoundLog] = {}
+        self._mb_cumulative = 0.0
+        self._global: Arrays = []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(method={self.config['method']!r})"
+
+    # ----- hooks for methods -------------------------------------------------
+
+    def initial_arrays(self) -> Arrays:
+        """The global arrays sent in round 1 (empty when nothing is shared)."""
+        raise NotImplementedError
+
+    def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
+        """Merge validated client payloads into the next global arrays."""
+        raise NotImplementedError
+
+    def fit_config(self, server_round: int) -> dict[str, Scalar]:
+        """Per-round instructions sent with the global arrays."""
+        return {"server-round": server_round}
+
+    def expected_update(self) -> Arrays | None:
+        """Arrays a client's upload must match in shape and dtype (None: no check)."""
+        return self._global or None
+
+    # ----- Flower Strategy interface -----------------------------------------
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        self._global = self.initial_arrays()
+        return ndarrays_to_parameters(self._global)
+
+    def configure_fit(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, FitIns]]:
+        self._round_log[server_round] = _RoundLog()
+        clients = self._sample(server_round, client_manager, float(self.config["fraction-fit"]), salt=0)
+        fit_ins = FitIns(parameters, self.fit_config(server_round))
+        self._round_log[server_round].bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
+        return [(client, fit_ins) for client in clients]
+
+    def aggregate_fit(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, FitRes]],
+        failures: list[tuple[ClientProxy, FitRes] | BaseException],
+    ) -> tuple[Parameters | None, dict[str, Scalar]]:
+        round_log = self._round_log.setdefault(server_round, _RoundLog())
+        updates = self._validated(server_round, results, round_log)
+        round_log.clients_failed += len(failures)
+        for failure in failures:
+            log.warning("round %d: a client failed: %r", server_round, failure)
+        round_log.clients_fit = len(updates)
+        if len(updates) < int(self.config["min-clients"]) or not updates:
+            log.warning(
+                "round %d: %d usable updates, fewer than min-clients = %d; keeping the previous global state",
+                server_round,
+                len(updates),
+                self.config["min-clients"],
+            )
+            return None, {}
+        losses = [(float(u.metrics["train_loss"]), u.num_examples) for u in updates if "train_loss" in u.metrics]
+        if losses:
+            total = sum(n for _, n in losses)
+            round_log.train_loss = sum(loss * n for loss, n in losses) / total
+        self._global = self.aggregate_updates(server_round, updates)
+        return ndarrays_to_parameters(self._global), {"train_loss": round_log.train_loss}
+
+    def configure_evaluate(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, EvaluateIns]]:
+        clients = self._sample(server_round, client_manager, float(self.config["fraction-evaluate"]), salt=1)
+        ins = EvaluateIns(parameters, {"server-round": server_round})
+        return [(client, ins) for client in clients]
+
+    def aggregate_evaluate(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, EvaluateRes]],
+        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
+    ) -> tuple[float | None, dict[str, Scalar]]:
+        accuracies = [float(res.metrics.get("accuracy", math.nan)) for _, res in results]
+        stats = AccuracyStats.of(accuracies)
+        global_acc = None
+        if self.has_global_model and results:
+            # The pooled accuracy of the one global model over every client's test set.
+            total = sum(res.num_examples for _, res in results)
+            global_acc = sum(float(res.metrics.get("accuracy", 0.0)) * res.num_examples for _, res in results) / max(
+                total, 1
+            )
+        self._record_round(server_round, stats, global_acc, failures)
+        losses = [(res.loss, res.num_examples) for _, res in results if res.num_examples > 0]
+        loss = sum(v * n for v, n in losses) / sum(n for _, n in losses) if losses else None
+        return loss, {"acc_mean": stats.mean, "acc_worst": stats.worst}
+
+    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
+        return None  # every method is evaluated on the clients' own test sets
+
+    # ----- shared machinery ----------------------------------------------------
+
+    def _sample(
+        self, server_round: int, client_manager: ClientManager, fraction: float, salt: int
+    ) -> list[ClientProxy]:
+        """Pick clients as a function of (seed, round) only, over a sorted pool."""
+        min_clients = int(self.config["min-clients"])
+        client_manager.wait_for(min_clients)
+        pool = client_manager.all()
+        ids = sorted(pool)
+        count = min(len(ids), max(min_clients, math.ceil(fraction * len(ids))))
+        rng = np.random.default_rng([int(self.config["seed"]), server_round, salt])
+        chosen = sorted(rng.choice(len(ids), size=count, replace=False)) if count < len(ids) else range(len(ids))
+        return [pool[ids[i]] for i in chosen]
+
+    def _validated(
+        self, server_round: int, results: list[tuple[ClientProxy, FitRes]], round_log: _RoundLog
+    ) -> list[ClientUpdate]:
+        expected = self.expected_update()
+        updates = []
+        for proxy, res in results:
+            up = payload_bytes(res.parameters.tensors)
+            try:
+                arrays = parameters_to_ndarrays(res.parameters)
+            except Exception as err:
+                problem = f"undecodable payload ({err})"
+            else:
+                problem = update_problem(arrays, res.num_examples, expected)
+            if problem is not None:
+                log.warning("round %d: left out client %s: %s", server_round, proxy.cid, problem)
+                round_log.clients_failed += 1
+                continue
+            round_log.bytes_up.append(up)
+            updates.append(ClientUpdate(proxy.cid, arrays, res.num_examples, dict(res.metrics), up))
+        return updates
+
+    def _record_round(
+        self, server_round: int, stats: AccuracyStats, global_acc: float | None, failures: list[Any]
+    ) -> None:
+        round_log = self._round_log.pop(server_round, _RoundLog())
+        round_total = sum(round_log.bytes_up) + sum(round_log.bytes_down)
+        self._mb_cumulative += round_total / MB
+        record = RoundRecord(
+            round=server_round,
+            acc_mean=stats.mean,
+            acc_worst=stats.worst,
+            acc_std=stats.std,
+            clients_evaluated=stats.clients,
+            global_acc=global_acc,
+            train_loss=round_log.train_loss,
+            clients_fit=round_log.clients_fit,
+            clients_failed=round_log.clients_failed,
+            bytes_up_per_client=float(np.mean(round_log.bytes_up)) if round_log.bytes_up else 0.0,
+            bytes_down_per_client=float(np.mean(round_log.bytes_down)) if round_log.bytes_down else 0.0,
+            bytes_round_total=round_total,
+            mb_cumulative=self._mb_cumulative,
+            round_seconds=time.perf_counter() - round_log.started,
+            extra={"eval_failures": len(failures), **round_log.extra},
+        )
+        self.history.append(record)
+        num_rounds = int(self.config["num-rounds"])
+        log.info(progress_line(record, num_rounds))
+        if self.recorder is not None:
+            self.recorder.add(record)
+            if server_round >= num_rounds:
+                self.recorder.write_plots()

@@ -1,0 +1,43 @@
+"""Aggregation math, update validation and byte accounting."""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.common import ndarrays_to_parameters
+
+from fedapp.aggregation import update_problem, weighted_average
+from fedapp.metrics import AccuracyStats, payload_bytes
+
+
+def test_weighted_average_weights_by_examples():
+    a = [np.array([0.0, 0.0]), np.array([1], dtype=np.int64)]
+    b = [np.array([4.0, 8.0]), np.array([3], dtype=np.int64)]
+    out = weighted_average([(a, 1), (b, 3)])
+    np.testing.assert_allclose(out[0], [3.0, 6.0])
+    assert out[1].dtype == np.int64 and out[1][0] == 2  # integer buffers stay integers
+    assert out[0].dtype == a[0].dtype
+
+
+def test_update_problem_names_each_defect():
+    ref = [np.zeros((2, 3), dtype=np.float32)]
+    assert update_problem([np.ones((2, 3), np.float32)], 5, ref) is None
+    assert "shape" in update_problem([np.ones((3, 2), np.float32)], 5, ref)
+    assert "dtype" in update_problem([np.ones((2, 3), np.float64)], 5, ref)
+    assert "NaN or Inf" in update_problem([np.full((2, 3), np.inf, np.float32)], 5, ref)
+    assert "non-positive" in update_problem([np.ones((2, 3), np.float32)], 0, ref)
+    assert "arrays, expected" in update_problem([], 5, ref)
+
+
+def test_payload_bytes_is_the_serialized_size_of_the_arrays():
+    arrays = [np.zeros((10, 20), dtype=np.float32), np.zeros(7, dtype=np.float64)]
+    params = ndarrays_to_parameters(arrays)
+    counted = payload_bytes(params.tensors)
+    assert counted == sum(len(t) for t in params.tensors)
+    raw = sum(a.nbytes for a in arrays)
+    # .npy framing adds one small header per array and nothing else.
+    assert raw < counted <= raw + 128 * len(arrays)
+
+
+def test_accuracy_stats_ignore_clients_without_a_test_set():
+    stats = AccuracyStats.of([0.5, 1.0, float("nan")])
+    assert stats.clients == 2 and stats.mean == 0.75 and stats.worst == 0.5

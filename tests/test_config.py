@@ -1,0 +1,101 @@
+"""Configuration: schema defaults, presets, overrides and every bad-config message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from fedapp.config import SCHEMA, defaults, resolve_run_config, validate
+from fedapp.errors import ConfigError
+from fedapp.registry import REGISTRY
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_pyproject_declares_exactly_the_schema_defaults():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert declared == defaults()
+
+
+def test_registry_names_every_method():
+    assert set(REGISTRY) == set(SCHEMA["method"].choices)
+
+
+def test_defaults_validate_and_name_the_run():
+    config = resolve_run_config(defaults())
+    assert config["method"] == "fedavg"
+    assert config.run_name == "fedavg-digits-dirichlet-s0"
+
+
+def test_preset_applies_and_explicit_override_wins(tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("method: standalone\nnum-rounds: 3\nalpha: 0.5\n")
+    run_config = {**defaults(), "preset": str(preset), "num-rounds": 7}
+    config = resolve_run_config(run_config)
+    assert config["method"] == "standalone"  # from the preset
+    assert config["alpha"] == 0.5
+    assert config["num-rounds"] == 7  # explicit override beats the preset
+
+
+def test_shipped_presets_all_validate(tmp_path):
+    presets = sorted((ROOT / "conf").glob("*.yaml"))
+    assert presets, "conf/ ships presets"
+    for preset in presets:
+        # Presets for local image folders leave data-dir to the user.
+        config = resolve_run_config({"preset": f"conf/{preset.name}", "data-dir": str(tmp_path)})
+        assert config["preset"] == f"conf/{preset.name}"
+
+
+def test_int_is_accepted_for_a_float_key():
+    assert validate({"alpha": 1})["alpha"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"no-such-key": 1}, "unknown config key(s): no-such-key"),
+        ({"num-rounds": "ten"}, "'num-rounds' = 'ten' has type str, expected int"),
+        ({"num-rounds": 2.5}, "'num-rounds' = 2.5 has type float, expected int"),
+        ({"lr": True}, "'lr' = True has type bool, expected float"),
+        ({"alpha": 0.0}, "'alpha' = 0.0 must be > 0.0"),
+        ({"alpha": -1.0}, "'alpha' = -1.0 must be > 0.0"),
+        ({"fraction-fit": 0.0}, "'fraction-fit' = 0.0 must be > 0.0"),
+        ({"fraction-fit": 1.5}, "'fraction-fit' = 1.5 must be <= 1.0"),
+        ({"num-rounds": 0}, "'num-rounds' = 0 must be >= 1"),
+        ({"lr": float("nan")}, "'lr' = nan must be a finite number"),
+        ({"method": "fedsgd"}, "'method' = 'fedsgd' is not one of"),
+        ({"dataset": "mnist"}, "'dataset' = 'mnist' is not one of"),
+        ({"partition": "zipf"}, "'partition' = 'zipf' is not one of"),
+        ({"model": "resnet-999"}, "'model' = 'resnet-999' is not one of"),
+        ({"partition": "pathological", "classes-per-client": 11}, "'classes-per-client' = 11 is more than the 10"),
+        ({"dataset": "imagefolder"}, "'data-dir' is empty"),
+        (
+            {"dataset": "imagefolder", "data-dir": "/no/such/folder"},
+            "'data-dir' = '/no/such/folder': path does not exist",
+        ),
+        ({"test-data-dir": "/no/such/test"}, "'test-data-dir' is set, but dataset 'digits'"),
+        ({"dataset": "hf"}, "'hf-name' is empty"),
+        ({"min-clients": 11}, "'min-clients' = 11 is more than 'num-partitions' = 10"),
+        ({"preset": "conf/missing.yaml"}, "'preset' = 'conf/missing.yaml': file not found"),
+    ],
+)
+def test_bad_config_gives_a_message_naming_key_and_value(override, message):
+    with pytest.raises(ConfigError) as info:
+        resolve_run_config({**defaults(), **override})
+    assert message in str(info.value)
+
+
+def test_preset_with_unknown_key_is_refused(tmp_path):
+    preset = tmp_path / "bad.yaml"
+    preset.write_text("method: fedavg\nrounds: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) in preset .*rounds"):
+        resolve_run_config({"preset": str(preset)})
+
+
+def test_preset_that_is_not_a_mapping_is_refused(tmp_path):
+    preset = tmp_path / "list.yaml"
+    preset.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        resolve_run_config({"preset": str(preset)})

@@ -1,0 +1,118 @@
+"""Deployment on loopback: a real SuperLink, two SuperNodes and ``flwr run``.
+
+Every process this test starts is stopped by PID (with its process group) at
+the end, pass or fail.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fedapp.launch import stop_processes
+from fedapp.metrics import read_metrics
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).is_success:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} did not become healthy in {timeout}s")
+
+
+@pytest.fixture
+def processes():
+    started: list[subprocess.Popen] = []
+    yield started
+    stop_processes([p.pid for p in started])
+
+
+def test_fedavg_two_rounds_over_loopback(tmp_path, processes):
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(tmp_path / "flwr-home"),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+    }
+    link_port = free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def start(name: str, *args: str) -> None:
+        out = (logs / f"{name}.log").open("w")
+        processes.append(
+            subprocess.Popen(
+                [str(BIN / args[0]), *args[1:]], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
+
+    start(
+        "superlink",
+        "flower-superlink",
+        "--insecure",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(link_port),
+        "--database",
+        str(tmp_path / "superlink.db"),
+    )
+    wait_healthy(f"http://127.0.0.1:{link_port}/health")
+    for pid in range(2):
+        start(
+            f"supernode-{pid}",
+            "flower-supernode",
+            "--insecure",
+            "--superlink",
+            f"127.0.0.1:{link_port}",
+            "--port",
+            str(free_port()),
+            "--node-config",
+            f"partition-id={pid} num-partitions=2",
+        )
+
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    connection = f'address = "127.0.0.1:{link_port}"\ninsecure = true\n'
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n{connection}')
+    results = tmp_path / "results"
+    run_config = f'num-rounds=2 num-partitions=2 min-clients=2 model="cnn-5" results-dir="{results}" run-name="deploy"'
+    done = subprocess.run(
+        [str(BIN / "flwr"), "run", str(ROOT), "loopback", "--stream", "--run-config", run_config],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    metrics = results / "deploy" / "metrics.jsonl"
+    if not metrics.exists():
+        logs_text = "\n".join(p.read_text()[-3000:] for p in logs.iterdir())
+        pytest.fail(f"no metrics written\n{done.stdout[-3000:]}\n{logs_text}")
+    rows = read_metrics(metrics)
+    assert [r["round"] for r in rows] == [1, 2]
+    assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows)
+    assert rows[-1]["acc_mean"] > 0.1  # better than chance on 10 classes after 2 rounds
