@@ -94,7 +94,7 @@ def test_fedavg_two_rounds_over_loopback(tmp_path, processes):
         )
 
     home = tmp_path / "flwr-home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     connection = f'address = "127.0.0.1:{link_port}"\ninsecure = true\n'
     (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n{connection}')
     results = tmp_path / "results"
