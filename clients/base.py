@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import torch
 from flwr.client import NumPyClient
 from torch import nn
@@ -87,8 +88,17 @@ class FedAppClient(NumPyClient):
             named_arrays_to_state(model, saved)
         return model
 
-    def save_personal_model(self, model: nn.Module, name: str = "model") -> None:
+    def save_personal_model(self, model: nn.Module, name: str = "model") -> int:
+        """Store the client's model; returns how many rounds it has now been trained."""
+        rounds = self.personal_rounds(name) + 1
         self.store.save(name, state_to_named_arrays(model))
+        self.store.save(f"{name}.meta", {"rounds": np.array([rounds], dtype=np.int64)})
+        return rounds
+
+    def personal_rounds(self, name: str = "model") -> int:
+        """Rounds the stored model has been trained (0 before the first)."""
+        meta = self.store.load(f"{name}.meta")
+        return 0 if meta is None else int(meta["rounds"][0])
 
     def fit_metrics(self, result: TrainResult) -> dict[str, float | int]:
         return {"train_loss": result.loss, "partition_id": self.partition_id}

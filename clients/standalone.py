@@ -12,8 +12,8 @@ class StandaloneClient(FedAppClient):
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
         model = self.load_personal_model()
         result = self.train_model(model, int(config["server-round"]))
-        self.save_personal_model(model)
-        return [], result.num_examples, self.fit_metrics(result)
+        rounds = self.save_personal_model(model)
+        return [], result.num_examples, {**self.fit_metrics(result), "personal_rounds": rounds}
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
         result = self.test_model(self.load_personal_model())

@@ -32,26 +32,15 @@ import tomli_w
 from fedapp.config import APP_ROOT, resolve_run_config
 from fedapp.errors import FedAppError
 
+LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
 
-def federation_toml(num_supernodes: int, cpus_per_client: float, gpus_per_client: float) -> str:
-    """The ``config.toml`` of a Flower home whose default connection is a local simulation."""
-    client_resources: dict[str, float] = {"num-cpus": cpus_per_client}
+
+def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_client: float) -> str:
+    """``--federation-config`` for a local simulation of ``num_supernodes`` clients."""
+    items = [f"num-supernodes={num_supernodes}", f"client-resources-num-cpus={cpus_per_client}"]
     if gpus_per_client:
-        client_resources["num-gpus"] = gpus_per_client
-    return tomli_w.dumps(
-        {
-            "superlink": {
-                "default": "local",
-                "local": {
-                    "address": ":local:",
-                    "options": {
-                        "num-supernodes": num_supernodes,
-                        "backend": {"client-resources": client_resources},
-                    },
-                },
-            }
-        }
-    )
+        items.append(f"client-resources-num-gpus={gpus_per_client}")
+    return " ".join(items)
 
 
 def parse_overrides(text: list[str]) -> dict:
@@ -108,7 +97,7 @@ def run(
     overrides: dict,
     *,
     num_clients: int | None = None,
-    cpus_per_client: float = 1.0,
+    cpus_per_client: int = 1,
     gpus_per_client: float = 0.0,
     flwr_home: Path | None = None,
     app_dir: Path = APP_ROOT,
@@ -132,7 +121,7 @@ def run(
     run_dir = results / config.run_name
     home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(federation_toml(num_clients, cpus_per_client, gpus_per_client))
+    (home / "config.toml").write_text(LOCAL_CONNECTION_TOML)
     env = {
         **os.environ,
         "FLWR_HOME": str(home),
@@ -141,6 +130,7 @@ def run(
     }
     run_config = " ".join(f"{key}={_toml_value(value)}" for key, value in overrides.items())
     command = ["flwr", "run", str(app_dir), "local", "--stream"]
+    command += ["--federation-config", federation_overrides(num_clients, cpus_per_client, gpus_per_client)]
     if run_config:
         command += ["--run-config", run_config]
     summary = run_dir / "summary.json"
@@ -166,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", help="YAML preset in conf/ (same as --run-config 'preset=\"...\"')")
     parser.add_argument("--run-config", action="append", default=[], help="Flower-style 'key=value ...' overrides")
     parser.add_argument("--num-clients", type=int, help="simulated SuperNodes (default: num-partitions)")
-    parser.add_argument("--cpus-per-client", type=float, default=1.0)
+    parser.add_argument("--cpus-per-client", type=int, default=1)
     parser.add_argument("--gpus-per-client", type=float, default=0.0)
     parser.add_argument("--flwr-home", type=Path, help="Flower home to use (default: a new temporary folder)")
     args = parser.parse_args(argv)

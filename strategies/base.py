@@ -149,6 +149,7 @@ class FedAppStrategy(Strategy):
         if losses:
             total = sum(n for _, n in losses)
             round_log.train_loss = sum(loss * n for loss, n in losses) / total
+        round_log.extra.update(_mean_client_metrics(updates))
         self._global = self.aggregate_updates(server_round, updates)
         return ndarrays_to_parameters(self._global), {"train_loss": round_log.train_loss}
 
@@ -248,3 +249,17 @@ class FedAppStrategy(Strategy):
             self.recorder.add(record)
             if server_round >= num_rounds:
                 self.recorder.write_plots()
+
+
+# Fit metrics that are bookkeeping, not measurements.
+_NOT_AVERAGED = {"train_loss", "partition_id"}
+
+
+def _mean_client_metrics(updates: list[ClientUpdate]) -> dict[str, float]:
+    """Example-weighted mean of every numeric fit metric a method's clients report."""
+    keys = sorted({k for u in updates for k, v in u.metrics.items() if isinstance(v, int | float)} - _NOT_AVERAGED)
+    out = {}
+    for key in keys:
+        pairs = [(float(u.metrics[key]), u.num_examples) for u in updates if key in u.metrics]
+        out[f"fit_{key}"] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
+    return out

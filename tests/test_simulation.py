@@ -60,3 +60,12 @@ def test_standalone_keeps_personal_models_on_disk_and_sends_nothing(tmp_path):
     assert rows[-1]["bytes_up_per_client"] < 200  # an empty parameter list, no model
     files = sorted(state_dir.glob("run/partition-*/model.npz"))
     assert len(files) == 4
+    assert [r["fit_personal_rounds"] for r in rows] == [1.0, 2.0]
+
+
+def test_standalone_state_persists_across_rounds_in_memory(tmp_path):
+    # Flower keeps each node's Context.state across rounds; every client reports
+    # how many rounds its stored model has been trained.
+    run_dir = simulate(tmp_path, method="standalone", model="cnn-5", state="memory", **{"num-rounds": 3})
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["fit_personal_rounds"] for r in rows] == [1.0, 2.0, 3.0]

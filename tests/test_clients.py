@@ -1,0 +1,67 @@
+"""Clients on their own (no Flower runtime): training, evaluation, personal state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from clients.fedavg import FedAvgClient
+from clients.standalone import StandaloneClient
+from fedapp.clientdata import load_client_data
+from fedapp.config import resolve_run_config
+from fedapp.params import get_arrays
+from fedapp.state import DiskStateStore, MemoryStateStore
+
+
+@pytest.fixture(scope="module")
+def config():
+    return resolve_run_config({"model": "cnn-5", "num-partitions": 4, "partition": "iid"})
+
+
+@pytest.fixture(scope="module")
+def data(config):
+    return load_client_data(config, 1, 4)
+
+
+def test_client_data_split_is_8_1_1_of_its_partition(data):
+    sizes = np.array([len(data.train), len(data.val), len(data.test)])
+    assert sizes.sum() > 400  # a quarter of 1,797 digits
+    np.testing.assert_allclose(sizes / sizes.sum(), [0.8, 0.1, 0.1], atol=0.02)
+    assert data.train.x.shape[1:] == (3, 32, 32) and data.train.x.dtype == torch.float32
+
+
+def test_fedavg_client_returns_a_trained_model_of_the_same_layout(config, data):
+    client = FedAvgClient(config, data, MemoryStateStore({}), torch.device("cpu"))
+    start = get_arrays(client.new_model())
+    arrays, n, metrics = client.fit(start, {"server-round": 1})
+    assert n == len(data.train) and np.isfinite(metrics["train_loss"])
+    assert [a.shape for a in arrays] == [a.shape for a in start]
+    assert any(not np.array_equal(a, b) for a, b in zip(arrays, start, strict=True))
+    loss, n_test, eval_metrics = client.evaluate(arrays, {"server-round": 1})
+    assert n_test == len(data.test) and 0.0 <= eval_metrics["accuracy"] <= 1.0
+
+
+def test_fedavg_client_is_deterministic_for_a_seed_round_and_partition(config, data):
+    client = FedAvgClient(config, data, MemoryStateStore({}), torch.device("cpu"))
+    start = get_arrays(client.new_model())
+    first, _, _ = client.fit(start, {"server-round": 3})
+    second, _, _ = client.fit(start, {"server-round": 3})
+    other, _, _ = client.fit(start, {"server-round": 4})
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
+    assert any(not np.array_equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_standalone_model_persists_between_client_instances(config, data, tmp_path, backend):
+    store = MemoryStateStore({}) if backend == "memory" else DiskStateStore(tmp_path, "run", 1)
+    # Flower builds a new client object every round; only the store carries over.
+    first = StandaloneClient(config, data, store, torch.device("cpu"))
+    params, _, metrics = first.fit([], {"server-round": 1})
+    assert params == [] and metrics["personal_rounds"] == 1
+    trained = get_arrays(first.load_personal_model())
+    assert any(not np.array_equal(a, b) for a, b in zip(trained, get_arrays(first.new_model()), strict=True))
+    second = StandaloneClient(config, data, store, torch.device("cpu"))
+    assert all(np.array_equal(a, b) for a, b in zip(get_arrays(second.load_personal_model()), trained, strict=True))
+    _, _, metrics = second.fit([], {"server-round": 2})
+    assert metrics["personal_rounds"] == 2
