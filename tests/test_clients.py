@@ -38,7 +38,7 @@ def test_fedavg_client_returns_a_trained_model_of_the_same_layout(config, data):
     assert n == len(data.train) and np.isfinite(metrics["train_loss"])
     assert [a.shape for a in arrays] == [a.shape for a in start]
     assert any(not np.array_equal(a, b) for a, b in zip(arrays, start, strict=True))
-    loss, n_test, eval_metrics = client.evaluate(arrays, {"server-round": 1})
+    _loss, n_test, eval_metrics = client.evaluate(arrays, {"server-round": 1})
     assert n_test == len(data.test) and 0.0 <= eval_metrics["accuracy"] <= 1.0
 
 

@@ -1,0 +1,38 @@
+"""The README's default path: ``flwr run`` on a local SuperLink, through fedapp.launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedapp.errors import ConfigError
+from fedapp.launch import federation_overrides, parse_overrides, run, superlink_pids
+from fedapp.metrics import read_metrics
+
+
+def test_parse_overrides_reads_flower_style_toml_values():
+    values = parse_overrides(['method="standalone" num-rounds=3', "alpha=0.5 download=true"])
+    assert values == {"method": "standalone", "num-rounds": 3, "alpha": 0.5, "download": True}
+
+
+def test_federation_overrides_size_the_local_simulation():
+    assert federation_overrides(7, 1, 0.0) == "num-supernodes=7 client-resources-num-cpus=1"
+    assert federation_overrides(2, 2, 0.5).endswith("client-resources-num-gpus=0.5")
+
+
+def test_bad_config_fails_before_any_process_starts(tmp_path):
+    with pytest.raises(ConfigError, match=r"'alpha' = -1\.0"):
+        run({"alpha": -1.0}, flwr_home=tmp_path / "home")
+    assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.slow
+def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
+    home = tmp_path / "home"
+    run_dir = run(
+        {"num-rounds": 2, "model": "cnn-5", "results-dir": str(tmp_path / "results"), "run-name": "launch"},
+        num_clients=3,
+        flwr_home=home,
+    )
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["clients_fit"] for r in rows] == [3, 3]
+    assert superlink_pids(home.resolve()) == []
