@@ -29,7 +29,7 @@ from pathlib import Path
 
 import tomli_w
 
-from fedapp.config import APP_ROOT, resolve_run_config
+from fedapp.config import APP_ROOT, load_preset, resolve_run_config
 from fedapp.errors import FedAppError
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
@@ -108,6 +108,7 @@ def run(
     The configuration is validated here first, so a bad key fails in a second
     instead of inside the SuperLink.
     """
+    overrides = expand_preset(overrides)
     config = resolve_run_config(overrides)
     num_clients = num_clients or int(config["num-partitions"])
     if num_clients != int(config["num-partitions"]):
@@ -145,6 +146,20 @@ def run(
     if rounds < int(config["num-rounds"]):
         raise FedAppError(f"the run stopped after {rounds} of {config['num-rounds']} rounds; see the log above")
     return run_dir
+
+
+def expand_preset(overrides: dict) -> dict:
+    """Apply the preset here, where explicit overrides are still known.
+
+    Inside the ServerApp an override equal to the default cannot be told apart
+    from no override, so a preset would win over it; flattening the preset into
+    explicit values first keeps "explicit beats preset" exact.
+    """
+    preset = overrides.get("preset")
+    if not preset:
+        return dict(overrides)
+    explicit = {key: value for key, value in overrides.items() if key != "preset"}
+    return {**load_preset(str(preset)), **explicit, "preset": ""}
 
 
 def _toml_value(value: object) -> str:

@@ -65,3 +65,52 @@ def test_standalone_model_persists_between_client_instances(config, data, tmp_pa
     assert all(np.array_equal(a, b) for a, b in zip(get_arrays(second.load_personal_model()), trained, strict=True))
     _, _, metrics = second.fit([], {"server-round": 2})
     assert metrics["personal_rounds"] == 2
+
+
+def _image_folder(root, counts: dict[str, int], seed: int = 0):
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    for name, count in counts.items():
+        folder = root / name
+        folder.mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 255, (12, 12, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def test_node_local_data_dir_replaces_the_partition(tmp_path):
+    shared = _image_folder(tmp_path / "shared", {"cat": 30, "dog": 30})
+    local = _image_folder(tmp_path / "local", {"cat": 8, "dog": 12}, seed=1)
+    config = resolve_run_config(
+        {"dataset": "imagefolder", "data-dir": str(shared), "model": "cnn-5", "cache-dir": str(tmp_path / "cache")}
+    )
+    data = load_client_data(config, 0, 2, local_data_dir=str(local))
+    assert len(data.train) + len(data.val) + len(data.test) == 20
+    assert data.class_names == ("cat", "dog")
+    assert data.label_counts().tolist() == [6, 10]  # 8:1:1 of 8 cats and 12 dogs, per class
+
+
+def test_external_test_split_follows_the_clients_label_distribution(tmp_path):
+    counts = {name: 40 for name in ("a", "b", "c", "d")}
+    train = _image_folder(tmp_path / "train", counts)
+    test = _image_folder(tmp_path / "test", counts, seed=2)
+    config = resolve_run_config(
+        {
+            "dataset": "imagefolder",
+            "data-dir": str(train),
+            "test-data-dir": str(test),
+            "partition": "pathological",
+            "classes-per-client": 2,
+            "num-partitions": 4,
+            "model": "cnn-5",
+            "cache-dir": str(tmp_path / "cache"),
+        }
+    )
+    data = load_client_data(config, 0, 4)
+    train_classes = set(data.train.y.tolist())
+    assert len(train_classes) == 2
+    assert set(data.test.y.tolist()) <= train_classes
+    assert len(data.test) == 160 // 4  # an equal share of the external split
+    local = len(data.train) + len(data.val)
+    assert abs(len(data.val) - 0.1 * local) <= 2  # the client's own data is split 9:1 train/val

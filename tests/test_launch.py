@@ -5,13 +5,20 @@ from __future__ import annotations
 import pytest
 
 from fedapp.errors import ConfigError
-from fedapp.launch import federation_overrides, parse_overrides, run, superlink_pids
+from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run, superlink_pids
 from fedapp.metrics import read_metrics
 
 
 def test_parse_overrides_reads_flower_style_toml_values():
     values = parse_overrides(['method="standalone" num-rounds=3', "alpha=0.5 download=true"])
     assert values == {"method": "standalone", "num-rounds": 3, "alpha": 0.5, "download": True}
+
+
+def test_expand_preset_lets_an_explicit_default_value_beat_the_preset(tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("local-epochs: 5\nmethod: standalone\n")
+    expanded = expand_preset({"preset": str(preset), "local-epochs": 1})
+    assert expanded == {"local-epochs": 1, "method": "standalone", "preset": ""}
 
 
 def test_federation_overrides_size_the_local_simulation():
