@@ -123,14 +123,18 @@ def run(
     home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).resolve()
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(LOCAL_CONNECTION_TOML)
+    # Use this interpreter's Flower, and let the processes it spawns find theirs.
+    bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "FLWR_HOME": str(home),
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
     }
     run_config = " ".join(f"{key}={_toml_value(value)}" for key, value in overrides.items())
-    command = ["flwr", "run", str(app_dir), "local", "--stream"]
+    flwr = bin_dir / "flwr"
+    command = [str(flwr) if flwr.exists() else "flwr", "run", str(app_dir), "local", "--stream"]
     command += ["--federation-config", federation_overrides(num_clients, cpus_per_client, gpus_per_client)]
     if run_config:
         command += ["--run-config", run_config]

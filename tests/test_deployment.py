@@ -52,6 +52,8 @@ def processes():
 def test_fedavg_two_rounds_over_loopback(tmp_path, processes):
     env = {
         **os.environ,
+        # The SuperLink and SuperNodes start flwr-serverapp / flwr-clientapp from PATH.
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "FLWR_HOME": str(tmp_path / "flwr-home"),
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
