@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--partition", default="dirichlet", choices=["iid", "dirichlet", "pathological"])
     parser.add_argument("--model", default="cnn-1")
-    parser.add_argument("--local-epochs", type=int, default=1)
+    parser.add_argument("--local-epochs", type=int, help="default: the preset's (2)")
     parser.add_argument("--results-dir", default="results/benchmarks")
     args = parser.parse_args()
 
@@ -37,10 +37,11 @@ def main() -> None:
         "num-rounds": args.rounds,
         "partition": args.partition,
         "model": args.model,
-        "local-epochs": args.local_epochs,
         "results-dir": str(Path(args.results_dir).resolve()),
         "run-name": f"cifar10-fedavg-{args.partition}-{args.model}-{args.clients}c-{args.rounds}r",
     }
+    if args.local_epochs is not None:
+        overrides["local-epochs"] = args.local_epochs
     started = time.perf_counter()
     run_dir = run(overrides, num_clients=args.clients)
     wall = time.perf_counter() - started
