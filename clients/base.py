@@ -10,7 +10,8 @@ from flwr.client import NumPyClient
 from torch import nn
 
 from fedapp.clientdata import ClientData
-from fedapp.config import RunConfig
+from fedapp.config import RunConfig, client_model_names
+from fedapp.flops import model_forward_flops, train_step_flops
 from fedapp.models import build_model
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
 from fedapp.state import StateStore
@@ -52,10 +53,29 @@ class FedAppClient(NumPyClient):
         """Seed of this client's data order in ``server_round``."""
         return derived_seed(int(self.config["seed"]), server_round, self.partition_id)
 
-    def new_model(self) -> nn.Module:
-        """A freshly initialised model of the configured architecture (same init as the server's)."""
+    @property
+    def model_name(self) -> str:
+        """This client's architecture: ``client-models`` cycled by partition id, else ``model``."""
+        names = client_model_names(self.config.values)
+        return names[self.partition_id % len(names)]
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(self.data.train.x.shape[1:])
+
+    def new_model(self, name: str | None = None) -> nn.Module:
+        """A freshly initialised zoo model (this client's by default), seeded like the server's."""
         torch.manual_seed(int(self.config["seed"]))
-        return build_model(str(self.config["model"]), self.data.num_classes, image_size=int(self.config["image-size"]))
+        return build_model(name or self.model_name, self.data.num_classes, image_size=int(self.config["image-size"]))
+
+    def model_step_flops(self, name: str | None = None) -> int:
+        """FLOPs of one plain training step of a zoo model on one sample."""
+        size = int(self.config["image-size"])
+        return train_step_flops(trained=model_forward_flops(name or self.model_name, self.data.num_classes, size))
+
+    def epoch_samples(self) -> int:
+        """Samples one round of local training visits (for FLOP counts)."""
+        return len(self.data.train) * int(self.config["local-epochs"])
 
     def train_model(
         self, model: nn.Module, server_round: int, loss_fn: LossFn = cross_entropy_loss, params=None
@@ -80,9 +100,9 @@ class FedAppClient(NumPyClient):
         """Accuracy on this client's own test split."""
         return evaluate(model, self.data.test, device=self.device)
 
-    def load_personal_model(self, name: str = "model") -> nn.Module:
+    def load_personal_model(self, name: str = "model", architecture: str | None = None) -> nn.Module:
         """The client's own model from its store, or a fresh one on first use."""
-        model = self.new_model()
+        model = self.new_model(architecture)
         saved = self.store.load(name)
         if saved is not None:
             named_arrays_to_state(model, saved)
@@ -100,8 +120,13 @@ class FedAppClient(NumPyClient):
         meta = self.store.load(f"{name}.meta")
         return 0 if meta is None else int(meta["rounds"][0])
 
-    def fit_metrics(self, result: TrainResult) -> dict[str, float | int]:
-        return {"train_loss": result.loss, "partition_id": self.partition_id}
+    def fit_metrics(self, result: TrainResult, sample_flops: int = 0) -> dict[str, float | int]:
+        """Loss, identity and the round's training FLOPs (``sample_flops`` per sample-epoch)."""
+        return {
+            "train_loss": result.loss,
+            "partition_id": self.partition_id,
+            "train_flops": sample_flops * self.epoch_samples(),
+        }
 
     @staticmethod
     def eval_metrics(result: EvalResult) -> dict[str, float]:

@@ -14,7 +14,7 @@ class FedAvgClient(FedAppClient):
         model = self.new_model()
         set_arrays(model, parameters)
         result = self.train_model(model, int(config["server-round"]))
-        return get_arrays(model), result.num_examples, self.fit_metrics(result)
+        return get_arrays(model), result.num_examples, self.fit_metrics(result, self.model_step_flops())
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
         model = self.new_model()

@@ -13,7 +13,7 @@ class StandaloneClient(FedAppClient):
         model = self.load_personal_model()
         result = self.train_model(model, int(config["server-round"]))
         rounds = self.save_personal_model(model)
-        return [], result.num_examples, {**self.fit_metrics(result), "personal_rounds": rounds}
+        return [], result.num_examples, {**self.fit_metrics(result, self.model_step_flops()), "personal_rounds": rounds}
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
         result = self.test_model(self.load_personal_model())

@@ -23,7 +23,10 @@ Scalar = bool | int | float | str
 
 # The methods and their factories live in fedapp.registry; the names are
 # repeated here only as the set of valid values (a test keeps both in step).
-METHODS = ("fedavg", "standalone")
+METHODS = ("fedavg", "standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
+# Methods whose clients may run different architectures (nothing model-shaped is averaged).
+HETEROGENEOUS_METHODS = ("standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
+ADAPTER_KINDS = ("matrix", "direct")
 DATASETS = ("digits", "imagefolder", "cifar10", "cifar100", "hf")
 PARTITIONS = ("iid", "dirichlet", "pathological", "shard")
 STATE_BACKENDS = ("memory", "disk")
@@ -102,6 +105,18 @@ SCHEMA: dict[str, Key] = {
     "weight-decay": Key(float, 0.0, "SGD weight decay", low=0.0),
     "seed": Key(int, 0, "seed of partitioning, sampling, initialisation and data order", low=0),
     "model": Key(str, "cnn-1", "model name from the zoo"),
+    "client-models": Key(str, "", "comma list of zoo models cycled over clients (client k: entry k mod len)"),
+    "shared-model": Key(str, "cnn-5", "the small shared model of FML and FedKD"),
+    "adapter-kind": Key(
+        str, "matrix", "pFedLoRA adapter: matrix decomposition or direct reduction", choices=ADAPTER_KINDS
+    ),
+    "adapter-hidden": Key(int, 40, "pFedLoRA adapter hidden width", low=1),
+    "mu": Key(float, 0.5, "pFedLoRA weight of the adapter branch in step 1", low=0.0, high=1.0),
+    "proto-weight": Key(float, 1.0, "FedProto weight of the prototype regulariser", low=0.0),
+    "kd-weight": Key(float, 1.0, "FD weight of the distillation term", low=0.0),
+    "kd-temperature": Key(float, 1.0, "softmax temperature of distillation terms", low=0.0, low_open=True),
+    "fml-alpha": Key(float, 0.5, "FML weight of the local model's own CE (1 - alpha on KL)", low=0.0, high=1.0),
+    "fml-beta": Key(float, 0.5, "FML weight of the shared model's own CE (1 - beta on KL)", low=0.0, high=1.0),
     "pretrained": Key(str, "", "open_clip pretrained tag or local checkpoint path"),
     "results-dir": Key(str, "results", "where run folders are written"),
     "run-name": Key(str, "", "run folder name (default: method-dataset-partition-seed)"),
@@ -214,11 +229,29 @@ def _check_classes_per_client(v: dict[str, Scalar]) -> None:
         )
 
 
+def client_model_names(v: Mapping[str, Scalar]) -> tuple[str, ...]:
+    """The models cycled over clients: ``client-models`` if set, else ``(model,)``."""
+    listed = tuple(name.strip() for name in str(v["client-models"]).split(",") if name.strip())
+    return listed or (str(v["model"]),)
+
+
 def _check_model(v: dict[str, Scalar]) -> None:
     from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps config import light
 
-    if v["model"] not in MODEL_NAMES:
-        raise ConfigError(f"config key 'model' = {v['model']!r} is not one of: {', '.join(MODEL_NAMES)}")
+    for key in ("model", "shared-model"):
+        if v[key] not in MODEL_NAMES:
+            raise ConfigError(f"config key '{key}' = {v[key]!r} is not one of: {', '.join(MODEL_NAMES)}")
+    for name in client_model_names(v):
+        if name not in MODEL_NAMES:
+            raise ConfigError(
+                f"config key 'client-models' = {v['client-models']!r} names {name!r}, not one of: "
+                f"{', '.join(MODEL_NAMES)}"
+            )
+    if len(set(client_model_names(v))) > 1 and v["method"] not in HETEROGENEOUS_METHODS:
+        raise ConfigError(
+            f"config key 'client-models' = {v['client-models']!r} mixes architectures, but method "
+            f"'{v['method']}' averages whole models; use one of: {', '.join(HETEROGENEOUS_METHODS)}"
+        )
 
 
 def _check_data_paths(v: dict[str, Scalar]) -> None:

@@ -66,6 +66,10 @@ class RoundRecord:
     bytes_round_total: int
     mb_cumulative: float
     round_seconds: float
+    params_round_total: int = 0
+    params_cumulative: int = 0
+    train_flops_round: int = 0
+    train_flops_cumulative: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -121,8 +125,12 @@ class RunRecorder:
             "total_seconds": sum(r.round_seconds for r in self.records),
             "mean_round_seconds": float(np.mean([r.round_seconds for r in self.records])),
             "target_accuracy": self.target_accuracy,
+            "total_params_communicated": last.params_cumulative,
+            "total_train_flops": last.train_flops_cumulative,
             "rounds_to_target": None if reached is None else reached.round,
             "mb_to_target": None if reached is None else reached.mb_cumulative,
+            "params_to_target": None if reached is None else reached.params_cumulative,
+            "train_flops_to_target": None if reached is None else reached.train_flops_cumulative,
         }
 
     def write_summary(self) -> None:

@@ -33,6 +33,36 @@ REGISTRY: dict[str, MethodSpec] = {
         "clients.standalone:StandaloneClient",
         "each client trains its own model alone; nothing is shared",
     ),
+    "pfedlora": MethodSpec(
+        "strategies.pfedlora:PFedLoRAStrategy",
+        "clients.pfedlora:PFedLoRAClient",
+        "heterogeneous CNNs share a low-rank adapter, trained iteratively with the local model (Yi et al.)",
+    ),
+    "lg-fedavg": MethodSpec(
+        "strategies.lg_fedavg:LGFedAvgStrategy",
+        "clients.lg_fedavg:LGFedAvgClient",
+        "local representations, one shared classifier head (Liang et al., 2020)",
+    ),
+    "fedproto": MethodSpec(
+        "strategies.fedproto:FedProtoStrategy",
+        "clients.per_class:FedProtoClient",
+        "per-class prototypes and a prototype regulariser (Tan et al., 2022)",
+    ),
+    "fd": MethodSpec(
+        "strategies.fd:FDStrategy",
+        "clients.per_class:FDClient",
+        "per-class mean logits and distillation (Jeong et al., 2018)",
+    ),
+    "fml": MethodSpec(
+        "strategies.fml:FMLStrategy",
+        "clients.mutual:FMLClient",
+        "mutual learning with a shared small model (Shen et al., 2020)",
+    ),
+    "fedkd": MethodSpec(
+        "strategies.fedkd:FedKDStrategy",
+        "clients.mutual:FedKDClient",
+        "adaptive mutual distillation with a shared small model (Wu et al., 2022)",
+    ),
 }
 assert set(REGISTRY) == set(METHODS), "fedapp.config.METHODS and REGISTRY must name the same methods"
 

@@ -6,8 +6,9 @@ both are arguments here, so no method carries its own copy of the loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +48,20 @@ class EvalResult:
     loss: float
     accuracy: float
     num_examples: int
+
+
+@contextlib.contextmanager
+def frozen(*modules: nn.Module) -> Iterator[None]:
+    """Stop gradients into ``modules``' parameters inside the block, then restore."""
+    params = [p for m in modules for p in m.parameters()]
+    previous = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in zip(params, previous, strict=True):
+            p.requires_grad_(flag)
 
 
 def cross_entropy_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:

@@ -30,10 +30,12 @@ from flwr.common import (
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
+from torch import nn
 
 from fedapp.aggregation import Arrays, update_problem
 from fedapp.config import RunConfig
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
+from fedapp.models import build_model
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -59,6 +61,9 @@ class _RoundLog:
     train_loss: float = float("nan")
     bytes_up: list[int] = field(default_factory=list)
     bytes_down: list[int] = field(default_factory=list)
+    params_up: list[int] = field(default_factory=list)
+    params_down: list[int] = field(default_factory=list)
+    train_flops: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,10 +92,16 @@ class FedAppStrategy(Strategy):
         self.history: list[RoundRecord] = []
         self._round_log: dict[int, _RoundLog] = {}
         self._mb_cumulative = 0.0
+        self._params_cumulative = 0
+        self._flops_cumulative = 0
         self._global: Arrays = []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(method={self.config['method']!r})"
+
+    def zoo_model(self, name: str) -> nn.Module:
+        """A zoo model for this task (same shapes as the clients build)."""
+        return build_model(name, self.num_classes, image_size=int(self.config["image-size"]))
 
     # ----- hooks for methods -------------------------------------------------
 
@@ -122,7 +133,9 @@ class FedAppStrategy(Strategy):
         self._round_log[server_round] = _RoundLog()
         clients = self._sample(server_round, client_manager, float(self.config["fraction-fit"]), salt=0)
         fit_ins = FitIns(parameters, self.fit_config(server_round))
-        self._round_log[server_round].bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
+        round_log = self._round_log[server_round]
+        round_log.bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
+        round_log.params_down = [_num_params(parameters_to_ndarrays(parameters))] * len(clients)
         return [(client, fit_ins) for client in clients]
 
     def aggregate_fit(
@@ -149,7 +162,7 @@ class FedAppStrategy(Strategy):
         if losses:
             total = sum(n for _, n in losses)
             round_log.train_loss = sum(loss * n for loss, n in losses) / total
-        round_log.extra.update(_mean_client_metrics(updates))
+        round_log.extra.update(_mean_metrics([(u.metrics, u.num_examples) for u in updates], "fit"))
         self._global = self.aggregate_updates(server_round, updates)
         return ndarrays_to_parameters(self._global), {"train_loss": round_log.train_loss}
 
@@ -175,7 +188,8 @@ class FedAppStrategy(Strategy):
             global_acc = sum(float(res.metrics.get("accuracy", 0.0)) * res.num_examples for _, res in results) / max(
                 total, 1
             )
-        self._record_round(server_round, stats, global_acc, failures)
+        eval_extra = _mean_metrics([(dict(res.metrics), res.num_examples) for _, res in results], "eval")
+        self._record_round(server_round, stats, global_acc, failures, eval_extra)
         losses = [(res.loss, res.num_examples) for _, res in results if res.num_examples > 0]
         loss = sum(v * n for v, n in losses) / sum(n for _, n in losses) if losses else None
         return loss, {"acc_mean": stats.mean, "acc_worst": stats.worst}
@@ -216,15 +230,25 @@ class FedAppStrategy(Strategy):
                 round_log.clients_failed += 1
                 continue
             round_log.bytes_up.append(up)
+            round_log.params_up.append(_num_params(arrays))
+            round_log.train_flops += int(res.metrics.get("train_flops", 0))
             updates.append(ClientUpdate(proxy.cid, arrays, res.num_examples, dict(res.metrics), up))
         return updates
 
     def _record_round(
-        self, server_round: int, stats: AccuracyStats, global_acc: float | None, failures: list[Any]
+        self,
+        server_round: int,
+        stats: AccuracyStats,
+        global_acc: float | None,
+        failures: list[Any],
+        eval_extra: dict[str, float],
     ) -> None:
         round_log = self._round_log.pop(server_round, _RoundLog())
         round_total = sum(round_log.bytes_up) + sum(round_log.bytes_down)
         self._mb_cumulative += round_total / MB
+        params_total = sum(round_log.params_up) + sum(round_log.params_down)
+        self._params_cumulative += params_total
+        self._flops_cumulative += round_log.train_flops
         record = RoundRecord(
             round=server_round,
             acc_mean=stats.mean,
@@ -239,8 +263,12 @@ class FedAppStrategy(Strategy):
             bytes_down_per_client=float(np.mean(round_log.bytes_down)) if round_log.bytes_down else 0.0,
             bytes_round_total=round_total,
             mb_cumulative=self._mb_cumulative,
+            params_round_total=params_total,
+            params_cumulative=self._params_cumulative,
+            train_flops_round=round_log.train_flops,
+            train_flops_cumulative=self._flops_cumulative,
             round_seconds=time.perf_counter() - round_log.started,
-            extra={"eval_failures": len(failures), **round_log.extra},
+            extra={"eval_failures": len(failures), **round_log.extra, **eval_extra},
         )
         self.history.append(record)
         num_rounds = int(self.config["num-rounds"])
@@ -251,15 +279,20 @@ class FedAppStrategy(Strategy):
                 self.recorder.write_plots()
 
 
-# Fit metrics that are bookkeeping, not measurements.
-_NOT_AVERAGED = {"train_loss", "partition_id"}
+# Client metrics that are bookkeeping or already summarised elsewhere.
+_NOT_AVERAGED = {"train_loss", "partition_id", "accuracy", "train_flops"}
 
 
-def _mean_client_metrics(updates: list[ClientUpdate]) -> dict[str, float]:
-    """Example-weighted mean of every numeric fit metric a method's clients report."""
-    keys = sorted({k for u in updates for k, v in u.metrics.items() if isinstance(v, int | float)} - _NOT_AVERAGED)
+def _num_params(arrays: Arrays) -> int:
+    return int(sum(a.size for a in arrays))
+
+
+def _mean_metrics(replies: list[tuple[dict[str, Scalar], int]], prefix: str) -> dict[str, float]:
+    """Example-weighted mean of every numeric metric a method's clients report."""
+    keys = {k for metrics, _ in replies for k, v in metrics.items() if isinstance(v, int | float)} - _NOT_AVERAGED
     out = {}
-    for key in keys:
-        pairs = [(float(u.metrics[key]), u.num_examples) for u in updates if key in u.metrics]
-        out[f"fit_{key}"] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
+    for key in sorted(keys):
+        pairs = [(float(m[key]), n) for m, n in replies if key in m and n > 0]
+        if pairs:
+            out[f"{prefix}_{key}"] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
     return out

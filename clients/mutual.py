@@ -1,0 +1,49 @@
+"""Clients that learn mutually with a shared small model: FML and FedKD."""
+
+from __future__ import annotations
+
+from clients.base import FedAppClient
+from fedapp.aggregation import Arrays
+from fedapp.methods import mutual
+from fedapp.params import get_arrays, set_arrays
+from fedapp.training import LossFn
+
+
+class MutualClient(FedAppClient):
+    """Trains its private model and the received shared model together; uploads the shared one."""
+
+    def loss(self) -> LossFn:
+        raise NotImplementedError
+
+    def _pair(self, shared_arrays: Arrays) -> mutual.MutualPair:
+        shared = self.new_model(str(self.config["shared-model"]))
+        set_arrays(shared, shared_arrays)
+        return mutual.MutualPair(self.load_personal_model(), shared)
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        pair = self._pair(parameters)
+        result = self.train_model(pair, int(config["server-round"]), self.loss())
+        self.save_personal_model(pair.local)
+        flops = self.model_step_flops() + self.model_step_flops(str(self.config["shared-model"]))
+        return get_arrays(pair.shared), result.num_examples, self.fit_metrics(result, flops)
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        pair = self._pair(parameters)
+        result = self.test_model(pair.local)
+        shared = self.test_model(pair.shared)
+        return result.loss, result.num_examples, {**self.eval_metrics(result), "shared_accuracy": shared.accuracy}
+
+
+class FMLClient(MutualClient):
+    """Federated mutual learning."""
+
+    def loss(self) -> LossFn:
+        cfg = self.config
+        return mutual.fml_loss(float(cfg["fml-alpha"]), float(cfg["fml-beta"]), float(cfg["kd-temperature"]))
+
+
+class FedKDClient(MutualClient):
+    """Adaptive mutual distillation with hidden-state alignment."""
+
+    def loss(self) -> LossFn:
+        return mutual.fedkd_loss(float(self.config["kd-temperature"]))

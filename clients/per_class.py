@@ -1,0 +1,57 @@
+"""Clients that share per-class statistics: FedProto (prototypes) and FD (mean logits)."""
+
+from __future__ import annotations
+
+from clients.base import FedAppClient
+from fedapp.aggregation import Arrays
+from fedapp.flops import train_step_flops
+from fedapp.methods import fd, fedproto
+from fedapp.methods.common import per_class_means
+from fedapp.training import LossFn
+
+
+class PerClassClient(FedAppClient):
+    """Trains its own model with a method's regulariser towards the global statistics,
+    then uploads its own per-class means and counts (never the model)."""
+
+    def loss(self, global_stats: Arrays) -> LossFn:
+        raise NotImplementedError
+
+    @staticmethod
+    def statistic(model, x):
+        raise NotImplementedError
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        model = self.load_personal_model()
+        result = self.train_model(model, int(config["server-round"]), self.loss(parameters))
+        self.save_personal_model(model)
+        means, counts = per_class_means(
+            model, self.statistic, self.data.train, self.data.num_classes, device=self.device
+        )
+        # Training plus one forward pass over the data for the statistics.
+        step = self.model_step_flops() + train_step_flops(frozen_off_path=self.model_step_flops() // 3)
+        return [means, counts], result.num_examples, self.fit_metrics(result, step)
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        result = self.test_model(self.load_personal_model())
+        return result.loss, result.num_examples, self.eval_metrics(result)
+
+
+class FedProtoClient(PerClassClient):
+    """FedProto: CE plus distance to the global class prototypes."""
+
+    statistic = staticmethod(fedproto.representation)
+
+    def loss(self, global_stats: Arrays) -> LossFn:
+        return fedproto.prototype_loss(global_stats[0], global_stats[1], float(self.config["proto-weight"]))
+
+
+class FDClient(PerClassClient):
+    """FD: CE plus distillation towards the global per-class logits."""
+
+    statistic = staticmethod(fd.logits)
+
+    def loss(self, global_stats: Arrays) -> LossFn:
+        return fd.fd_loss(
+            global_stats[0], global_stats[1], float(self.config["kd-weight"]), float(self.config["kd-temperature"])
+        )

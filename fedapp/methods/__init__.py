@@ -1,0 +1,1 @@
+"""Each method's math, free of Flower: losses, local steps, what a client shares."""

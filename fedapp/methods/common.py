@@ -1,0 +1,75 @@
+"""Pieces several methods share: per-class statistics and architecture checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedapp.data.tensors import iterate_batches
+from fedapp.errors import ConfigError
+from fedapp.models import build_model
+from fedapp.training import TensorData
+
+
+@torch.no_grad()
+def per_class_means(
+    module: nn.Module,
+    outputs: Callable[[nn.Module, Tensor], Tensor],
+    data: TensorData,
+    num_classes: int,
+    *,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of ``outputs(module, x)`` over each class's samples, and the class counts.
+
+    Classes the client does not hold get a zero row and a zero count.
+    """
+    module.to(device)
+    module.eval()
+    sums: Tensor | None = None
+    counts = torch.zeros(num_classes, dtype=torch.float64)
+    for xb, yb in iterate_batches(data.x, data.y, batch_size, shuffle=False):
+        out = outputs(module, xb.to(device)).double().cpu()
+        if sums is None:
+            sums = torch.zeros(num_classes, out.shape[1], dtype=torch.float64)
+        sums.index_add_(0, yb, out)
+        counts += torch.bincount(yb, minlength=num_classes).double()
+    if sums is None:
+        raise ValueError("per_class_means() needs at least one sample")
+    means = sums / counts.clamp(min=1).unsqueeze(1)
+    return means.float().numpy(), counts.long().numpy()
+
+
+def merge_per_class(
+    uploads: Sequence[tuple[np.ndarray, np.ndarray]], previous: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Count-weighted per-class average of client means; absent classes keep ``previous``.
+
+    Returns the merged ``(classes, dim)`` means and a 0/1 presence mask.
+    """
+    total = np.zeros_like(uploads[0][0], dtype=np.float64)
+    counts = np.zeros(uploads[0][0].shape[0], dtype=np.float64)
+    for means, class_counts in uploads:
+        total += means.astype(np.float64) * class_counts[:, None]
+        counts += class_counts
+    present = counts > 0
+    merged = np.where(present[:, None], total / np.maximum(counts, 1)[:, None], 0.0)
+    if previous is not None:
+        merged = np.where(present[:, None], merged, previous)
+        present = present | np.any(previous != 0, axis=1)
+    return merged.astype(np.float32), present.astype(np.float32)
+
+
+def require_same_feature_dim(model_names: Sequence[str], num_classes: int, method: str) -> int:
+    """The representation width every client model shares; refuse a mix of widths."""
+    dims = {name: build_model(name, num_classes).feature_dim for name in set(model_names)}
+    if len(set(dims.values())) > 1:
+        raise ConfigError(
+            f"method '{method}' needs client models with one representation width, got "
+            + ", ".join(f"{name}: {dim}" for name, dim in sorted(dims.items()))
+        )
+    return next(iter(dims.values()))

@@ -1,0 +1,104 @@
+"""pFedLoRA: a small homogeneous low-rank adapter shared by heterogeneous CNNs.
+
+The adapter reads the model's 500-d representation R and predicts classes.
+Each round a client (1) freezes the received global adapter and trains its own
+model on ``(1 - mu) CE(head(R)) + mu CE(adapter(R))`` (the adapter's gradient
+reaches the encoder), then (2) freezes its model and trains the adapter on
+``CE(adapter(R))``; only the adapter is uploaded and averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedapp.flops import forward_flops, train_step_flops
+from fedapp.training import LossFn, TrainResult, frozen
+
+ADAPTER_KINDS = ("matrix", "direct")
+
+
+class LowRankAdapter(nn.Module):
+    """``Linear(d -> h) -> [ReLU] -> Linear(h -> classes)`` on the representation.
+
+    ``kind="matrix"`` is a rank-h factorisation of one linear map (no
+    non-linearity, h in 20..80 in the paper); ``kind="direct"`` is a
+    dimension-reduced FC2 + FC3 pair with a ReLU (h in 100..500).
+    """
+
+    def __init__(self, in_dim: int, hidden: int, num_classes: int, kind: str = "matrix") -> None:
+        super().__init__()
+        if kind not in ADAPTER_KINDS:
+            raise ValueError(f"adapter kind {kind!r} is not one of {ADAPTER_KINDS}")
+        self.kind = kind
+        self.down = nn.Linear(in_dim, hidden)
+        self.up = nn.Linear(hidden, num_classes)
+
+    def forward(self, representation: Tensor) -> Tensor:
+        hidden = self.down(representation)
+        if self.kind == "direct":
+            hidden = F.relu(hidden)
+        return self.up(hidden)
+
+
+class ModelWithAdapter(nn.Module):
+    """The local model and the adapter as one module, so one train loop serves both steps."""
+
+    def __init__(self, model: nn.Module, adapter: LowRankAdapter) -> None:
+        super().__init__()
+        self.model = model
+        self.adapter = adapter
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model(x)
+
+    def adapter_logits(self, x: Tensor) -> Tensor:
+        return self.adapter(self.model.features(x))
+
+
+def local_model_loss(mu: float) -> LossFn:
+    """Step 1: the weighted hard losses of the model's head and the adapter branch."""
+
+    def loss(net: ModelWithAdapter, x: Tensor, y: Tensor) -> Tensor:
+        representation = net.model.features(x)
+        return (1 - mu) * F.cross_entropy(net.model.head(representation), y) + mu * F.cross_entropy(
+            net.adapter(representation), y
+        )
+
+    return loss
+
+
+def adapter_loss(net: ModelWithAdapter, x: Tensor, y: Tensor) -> Tensor:
+    """Step 2: the adapter's hard loss on the (frozen) model's representation."""
+    return F.cross_entropy(net.adapter_logits(x), y)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    model_step: TrainResult
+    adapter_step: TrainResult
+
+
+def train_round(
+    net: ModelWithAdapter, mu: float, train: Callable[[nn.Module, LossFn, list[nn.Parameter]], TrainResult]
+) -> RoundResult:
+    """Run pFedLoRA's two local steps; ``train(module, loss_fn, params)`` is the shared loop."""
+    with frozen(net.adapter):
+        model_step = train(net, local_model_loss(mu), list(net.model.parameters()))
+    with frozen(net.model):
+        adapter_step = train(net, adapter_loss, list(net.adapter.parameters()))
+    return RoundResult(model_step, adapter_step)
+
+
+def sample_flops(net: ModelWithAdapter, input_shape: tuple[int, ...]) -> int:
+    """Training FLOPs of both steps for one sample and one epoch each."""
+    model_fwd = forward_flops(net.model, input_shape)
+    adapter_fwd = forward_flops(net.adapter, (net.adapter.down.in_features,))
+    step1 = train_step_flops(trained=model_fwd, frozen_on_path=adapter_fwd)
+    head_fwd = forward_flops(net.model.head, (net.model.head.in_features,))
+    # Step 2 runs the encoder without gradients; the model's own head is not used.
+    step2 = train_step_flops(trained=adapter_fwd, frozen_off_path=model_fwd - head_fwd)
+    return step1 + step2

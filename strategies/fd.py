@@ -1,0 +1,12 @@
+"""FD server: merges per-class mean logits."""
+
+from __future__ import annotations
+
+from strategies.per_class import PerClassStrategy
+
+
+class FDStrategy(PerClassStrategy):
+    """Federated distillation (Jeong et al., 2018)."""
+
+    def statistic_dim(self) -> int:
+        return self.num_classes

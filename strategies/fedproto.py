@@ -1,0 +1,14 @@
+"""FedProto server: merges per-class prototypes of the 500-d representation."""
+
+from __future__ import annotations
+
+from fedapp.config import client_model_names
+from fedapp.methods.common import require_same_feature_dim
+from strategies.per_class import PerClassStrategy
+
+
+class FedProtoStrategy(PerClassStrategy):
+    """Prototype aggregation (Tan et al., 2022)."""
+
+    def statistic_dim(self) -> int:
+        return require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "fedproto")

@@ -1,0 +1,16 @@
+"""FML server: averages the shared small model that clients mutually learn with."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from strategies.shared_module import SharedModuleStrategy
+
+
+class FMLStrategy(SharedModuleStrategy):
+    """Federated mutual learning (Shen et al., 2020): only the shared model travels."""
+
+    has_global_model = False
+
+    def build_shared_module(self) -> nn.Module:
+        return self.zoo_model(str(self.config["shared-model"]))

@@ -1,0 +1,38 @@
+"""Merging per-class statistics (prototypes, mean logits) weighted by class counts."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from fedapp.aggregation import Arrays
+from fedapp.methods.common import merge_per_class
+from strategies.base import ClientUpdate, FedAppStrategy
+
+
+class PerClassStrategy(FedAppStrategy):
+    """Clients upload ``[means (classes, dim), counts (classes,)]``; the server sends
+    ``[merged means, presence mask]``. Classes nobody held this round keep their
+    previous value."""
+
+    has_global_model = False
+
+    def statistic_dim(self) -> int:
+        """Width of one class's statistic."""
+        raise NotImplementedError
+
+    @functools.cached_property
+    def _dim(self) -> int:
+        return self.statistic_dim()
+
+    def initial_arrays(self) -> Arrays:
+        return [np.zeros((self.num_classes, self._dim), np.float32), np.zeros(self.num_classes, np.float32)]
+
+    def expected_update(self) -> Arrays:
+        return [np.zeros((self.num_classes, self._dim), np.float32), np.zeros(self.num_classes, np.int64)]
+
+    def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
+        previous = self._global[0] if self._global else None
+        merged, present = merge_per_class([(u.arrays[0], u.arrays[1]) for u in updates], previous)
+        return [merged, present]

@@ -1,0 +1,22 @@
+"""pFedLoRA server: averages the homogeneous low-rank adapter, nothing else."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from fedapp.config import client_model_names
+from fedapp.methods.common import require_same_feature_dim
+from fedapp.methods.pfedlora import LowRankAdapter
+from strategies.shared_module import SharedModuleStrategy
+
+
+class PFedLoRAStrategy(SharedModuleStrategy):
+    """FedAvg of the adapter that heterogeneous local CNNs share (Yi et al., pFedLoRA)."""
+
+    has_global_model = False
+
+    def build_shared_module(self) -> nn.Module:
+        dim = require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "pfedlora")
+        return LowRankAdapter(
+            dim, int(self.config["adapter-hidden"]), self.num_classes, str(self.config["adapter-kind"])
+        )
