@@ -69,3 +69,16 @@ def test_standalone_state_persists_across_rounds_in_memory(tmp_path):
     run_dir = simulate(tmp_path, method="standalone", model="cnn-5", state="memory", **{"num-rounds": 3})
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["fit_personal_rounds"] for r in rows] == [1.0, 2.0, 3.0]
+
+
+def test_pfedlora_heterogeneous_clients_exchange_only_the_adapter(tmp_path):
+    run_dir = simulate(tmp_path, method="pfedlora", **{"client-models": "cnn-1,cnn-3,cnn-5,cnn-2"})
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    adapter_params = 500 * 40 + 40 + 40 * 10 + 10
+    for row in rows:
+        assert row["clients_fit"] == 4 and row["clients_failed"] == 0
+        assert row["params_round_total"] == 4 * 2 * adapter_params
+        assert row["bytes_up_per_client"] < 4 * adapter_params + 1024  # float32 adapter plus .npy headers
+        assert 0.0 <= row["eval_adapter_accuracy"] <= 1.0
+        assert row["train_flops_round"] > 0
+    assert rows[1]["train_flops_cumulative"] == rows[0]["train_flops_round"] + rows[1]["train_flops_round"]
