@@ -68,10 +68,13 @@ class FedAppClient(NumPyClient):
         torch.manual_seed(int(self.config["seed"]))
         return build_model(name or self.model_name, self.data.num_classes, image_size=int(self.config["image-size"]))
 
+    def model_forward_flops(self, name: str | None = None) -> int:
+        """FLOPs of one forward pass of a zoo model (this client's by default) on one sample."""
+        return model_forward_flops(name or self.model_name, self.data.num_classes, int(self.config["image-size"]))
+
     def model_step_flops(self, name: str | None = None) -> int:
         """FLOPs of one plain training step of a zoo model on one sample."""
-        size = int(self.config["image-size"])
-        return train_step_flops(trained=model_forward_flops(name or self.model_name, self.data.num_classes, size))
+        return train_step_flops(trained=self.model_forward_flops(name))
 
     def epoch_samples(self) -> int:
         """Samples one round of local training visits (for FLOP counts)."""

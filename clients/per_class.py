@@ -29,7 +29,7 @@ class PerClassClient(FedAppClient):
             model, self.statistic, self.data.train, self.data.num_classes, device=self.device
         )
         # Training plus one forward pass over the data for the statistics.
-        step = self.model_step_flops() + train_step_flops(frozen_off_path=self.model_step_flops() // 3)
+        step = self.model_step_flops() + train_step_flops(frozen_off_path=self.model_forward_flops())
         return [means, counts], result.num_examples, self.fit_metrics(result, step)
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
