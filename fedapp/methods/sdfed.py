@@ -1,0 +1,408 @@
+"""SDFed math: subspace refinement, retention/separation losses, the local objective.
+
+Our reading of the paper is in METHODS.md (Family A). Each client holds a
+shared global prompt ``G_s`` (8 × d_tok) and a private local prompt ``G_c``
+(S_l × d_tok). Once per round the received ``G_s`` yields a projector ``R``
+that removes its dominant right-singular directions; the local branch uses
+``G̃_c = G_c R``. Both branches go through the same frozen text encoder and
+the same class tokens, and the logits average their cosines.
+
+Nothing here imports Flower.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fedapp.errors import ConfigError, ModelError
+from fedapp.models.prompt import PromptTextEncoder, clip_logits
+
+__all__ = [
+    "PROJECTOR_MODES",
+    "Projector",
+    "SDFedWeights",
+    "build_projector",
+    "parse_local_lengths",
+    "refine",
+    "retention_loss",
+    "sample_local_lengths",
+    "sdfed_logits",
+    "sdfed_loss",
+    "separation_loss",
+    "subspace_projector",
+    "top_right_singular_vectors",
+]
+
+PROJECTOR_MODES: tuple[str, ...] = ("rank", "dim")
+"""``rank``: drop ⌊λ·rank(G_s)⌋ directions (default); ``dim``: the paper's literal ⌊λ·d_tok⌋."""
+
+# floor(λ·r) on floats: 0.29 * 100 is 28.999999999999996, which should count as 29.
+_FLOOR_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Projector:
+    """The refinement projector and what it removes.
+
+    Attributes
+    ----------
+    matrix : Tensor
+        ``R = I − X_top X_topᵀ``, ``(d, d)``, symmetric and idempotent; no grad.
+    removed_directions : Tensor
+        ``X_topᵀ``: the ``k`` removed right-singular vectors as rows, ``(k, d)``.
+    rank : int
+        Numerical rank of the global prompt.
+    """
+
+    matrix: Tensor
+    removed_directions: Tensor
+    rank: int
+
+    @property
+    def k(self) -> int:
+        """Number of removed directions."""
+        return int(self.removed_directions.shape[0])
+
+
+def _check_prompt(prompt: Tensor, name: str) -> None:
+    if prompt.ndim != 2:
+        raise ModelError(f"{name} must be 2-D (length, width); got shape {tuple(prompt.shape)}")
+    if not bool(torch.isfinite(prompt).all()):
+        raise ModelError(f"{name} contains NaN or infinite values")
+
+
+def top_right_singular_vectors(matrix: Tensor, k: int) -> Tensor:
+    """The top-``k`` right-singular vectors of ``matrix`` as rows.
+
+    Parameters
+    ----------
+    matrix : Tensor
+        ``(m, d)``.
+    k : int
+        ``0 <= k <= d``; beyond ``min(m, d)`` the extra vectors span (an
+        arbitrary basis of) the null space.
+
+    Returns
+    -------
+    Tensor
+        ``(k, d)`` orthonormal rows, in ``matrix``'s dtype, detached.
+    """
+    width = matrix.shape[1]
+    if not 0 <= k <= width:
+        raise ConfigError(f"cannot take {k} right-singular vectors of a matrix of width {width}")
+    # float64 keeps the basis orthonormal to ~1e-15; the prompt is tiny, so it is cheap.
+    work = matrix.detach().to(torch.float64)
+    _, _, vh = torch.linalg.svd(work, full_matrices=k > min(work.shape))
+    return vh[:k].to(matrix.dtype)
+
+
+def _numerical_rank(singular_values: Tensor, shape: tuple[int, int], dtype: torch.dtype, rank_tol: float | None) -> int:
+    if singular_values.numel() == 0:
+        return 0
+    if rank_tol is None:
+        # numpy.linalg.matrix_rank's default, with the eps of the prompt's own dtype
+        # (its rounding, not that of our float64 SVD, sets the noise floor).
+        rank_tol = float(singular_values.max()) * max(shape) * float(torch.finfo(dtype).eps)
+    return int((singular_values > rank_tol).sum())
+
+
+def build_projector(
+    global_prompt: Tensor,
+    lam: float = 0.6,
+    mode: str = "rank",
+    rank_tol: float | None = None,
+) -> Projector:
+    """SDFed's subspace-refinement projector from the received global prompt.
+
+    With ``G_s = U Σ Xᵀ``, removes the top ``k = ⌊λ r⌋`` right-singular
+    directions: ``R = I − X_top X_topᵀ``. ``r`` is the numerical rank of
+    ``G_s`` (mode ``"rank"``) or its width ``d_tok`` (mode ``"dim"``, the
+    paper's literal ``⌊λ m⌋``, which also drops arbitrary null directions).
+
+    Parameters
+    ----------
+    global_prompt : Tensor
+        ``G_s``, ``(8, d_tok)``.
+    lam : float, default 0.6
+        Fraction λ in ``[0, 1]``.
+    mode : {"rank", "dim"}, default "rank"
+        What λ is a fraction of.
+    rank_tol : float, optional
+        Singular values at or below it count as zero; default as
+        ``numpy.linalg.matrix_rank``.
+
+    Returns
+    -------
+    Projector
+        The matrix (a constant, no grad) and the removed directions.
+
+    Raises
+    ------
+    ConfigError
+        Unknown ``mode`` or ``lam`` outside ``[0, 1]``.
+    ModelError
+        ``global_prompt`` not 2-D or not finite.
+    """
+    if mode not in PROJECTOR_MODES:
+        raise ConfigError(f"unknown SDFed projector mode {mode!r}; valid: {', '.join(PROJECTOR_MODES)}")
+    if not 0.0 <= lam <= 1.0:
+        raise ConfigError(f"SDFed lambda must lie in [0, 1]; got {lam}")
+    _check_prompt(global_prompt, "global prompt")
+    work = global_prompt.detach().to(torch.float64)
+    rank = _numerical_rank(torch.linalg.svdvals(work), tuple(work.shape), global_prompt.dtype, rank_tol)
+    span = rank if mode == "rank" else work.shape[1]
+    k = math.floor(lam * span + _FLOOR_EPS)
+    removed = top_right_singular_vectors(work, k)
+    eye = torch.eye(work.shape[1], dtype=torch.float64, device=work.device)
+    matrix = eye - removed.T @ removed
+    return Projector(
+        matrix=matrix.to(global_prompt.dtype),
+        removed_directions=removed.to(global_prompt.dtype),
+        rank=rank,
+    )
+
+
+def subspace_projector(
+    global_prompt: Tensor,
+    lam: float = 0.6,
+    mode: str = "rank",
+    rank_tol: float | None = None,
+) -> Tensor:
+    """``R`` of :func:`build_projector` alone (``(d, d)``, no grad)."""
+    return build_projector(global_prompt, lam=lam, mode=mode, rank_tol=rank_tol).matrix
+
+
+def refine(local_prompt: Tensor, projector: Tensor) -> Tensor:
+    """``G̃_c = G_c R``; gradients flow to ``local_prompt``.
+
+    Raises
+    ------
+    ModelError
+        If the prompt width does not match the projector's.
+    """
+    _check_prompt(local_prompt, "local prompt")
+    if projector.shape != (local_prompt.shape[1], local_prompt.shape[1]):
+        raise ModelError(
+            f"local prompt width {local_prompt.shape[1]} does not match the projector's shape {tuple(projector.shape)}"
+        )
+    return local_prompt @ projector.to(local_prompt.dtype)
+
+
+def retention_loss(d_local: Tensor, d_refined: Tensor) -> Tensor:
+    """Information retention ``L_str = ‖d(G_c) − d(G_c R)‖²`` (mean over leading dims)."""
+    return (d_local - d_refined).pow(2).sum(dim=-1).mean()
+
+
+def separation_loss(d_local: Tensor, d_global: Tensor, gamma: float = 0.8) -> Tensor:
+    """Divergence control ``L_sep = ReLU(γ − ‖d(G_c) − d(G_s)‖)`` (mean over leading dims)."""
+    distance = torch.linalg.vector_norm(d_local - d_global, dim=-1)
+    return F.relu(gamma - distance).mean()
+
+
+def sdfed_logits(
+    image_features: Tensor,
+    text_global: Tensor,
+    text_local: Tensor,
+    logit_scale: Tensor | float,
+) -> Tensor:
+    """``s · ½ (cos(f, t^G) + cos(f, t^L))`` for normalised features.
+
+    Parameters
+    ----------
+    image_features : Tensor
+        ``(N, D)``, normalised.
+    text_global, text_local : Tensor
+        ``(K, D)`` class embeddings of the two branches, normalised.
+    logit_scale : Tensor or float
+        The frozen model's log temperature; ``s = exp(logit_scale)``.
+
+    Returns
+    -------
+    Tensor
+        ``(N, K)`` logits.
+    """
+    return 0.5 * (
+        clip_logits(image_features, text_global, logit_scale) + clip_logits(image_features, text_local, logit_scale)
+    )
+
+
+@dataclass(frozen=True)
+class SDFedWeights:
+    """SDFed's loss weights and refinement hyper-parameters (paper defaults).
+
+    Attributes
+    ----------
+    alpha : float
+        Weight of the retention loss ``L_str``.
+    beta : float
+        Weight of the separation loss ``L_sep``.
+    gamma : float
+        Margin γ of ``L_sep``.
+    lam : float
+        Fraction λ of directions the projector removes.
+    """
+
+    alpha: float = 1.0
+    beta: float = 1.0
+    gamma: float = 0.8
+    lam: float = 0.6
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "gamma"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"SDFed {name} must be a finite non-negative number; got {value}")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ConfigError(f"SDFed lambda must lie in [0, 1]; got {self.lam}")
+
+
+def sdfed_loss(
+    encoder: PromptTextEncoder,
+    global_ctx: Tensor,
+    local_ctx: Tensor,
+    projector: Tensor,
+    image_features: Tensor,
+    labels: Tensor,
+    logit_scale: Tensor | float,
+    weights: SDFedWeights | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """SDFed's client objective ``CE + α L_str + β L_sep``.
+
+    ``t^G`` encodes the classes with ``G_s``, ``t^L`` with ``G_c R``;
+    ``d(·)`` is :meth:`PromptTextEncoder.encode_bare`. Both prompts get
+    gradients (the global prompt is trained locally before upload, including
+    through ``L_sep``, as the loss is written).
+
+    Parameters
+    ----------
+    encoder : PromptTextEncoder
+        The frozen text encoder with this client's classes.
+    global_ctx : Tensor
+        ``G_s``, ``(8, d_tok)``.
+    local_ctx : Tensor
+        ``G_c``, ``(S_l, d_tok)``.
+    projector : Tensor
+        ``R`` from :func:`subspace_projector`, ``(d_tok, d_tok)``.
+    image_features : Tensor
+        ``(N, D)`` normalised frozen image features.
+    labels : Tensor
+        ``(N,)`` class indices into the encoder's classes.
+    logit_scale : Tensor or float
+        The frozen model's log temperature.
+    weights : SDFedWeights, optional
+        Defaults to the paper's values.
+
+    Returns
+    -------
+    tuple[Tensor, dict[str, float]]
+        The scalar loss, and ``loss``, ``ce``, ``retention``, ``separation``
+        as floats for logging.
+    """
+    weights = weights or SDFedWeights()
+    refined = refine(local_ctx, projector)
+    logits = sdfed_logits(
+        image_features,
+        encoder.encode_classes(global_ctx),
+        encoder.encode_classes(refined),
+        logit_scale,
+    )
+    ce = F.cross_entropy(logits, labels.to(logits.device))
+    d_local = encoder.encode_bare(local_ctx)
+    retention = retention_loss(d_local, encoder.encode_bare(refined))
+    separation = separation_loss(d_local, encoder.encode_bare(global_ctx), weights.gamma)
+    loss = ce + weights.alpha * retention + weights.beta * separation
+    parts = {
+        "loss": float(loss.detach()),
+        "ce": float(ce.detach()),
+        "retention": float(retention.detach()),
+        "separation": float(separation.detach()),
+    }
+    return loss, parts
+
+
+# ----------------------------------------------------------- local lengths
+def sample_local_lengths(num_clients: int, seed: int, low: int = 4, high: int = 64) -> list[int]:
+    """Seeded client-specific local prompt lengths, uniform in ``[low, high]``.
+
+    Parameters
+    ----------
+    num_clients : int
+        How many lengths to draw (one per client index).
+    seed : int
+        Same seed, same lengths, in every process.
+    low, high : int, default 4, 64
+        Inclusive bounds (the paper's 4..64).
+
+    Returns
+    -------
+    list[int]
+        ``num_clients`` lengths.
+
+    Raises
+    ------
+    ConfigError
+        Negative ``num_clients``, ``low < 1`` or ``low > high``.
+    """
+    if num_clients < 0:
+        raise ConfigError(f"number of clients must be non-negative; got {num_clients}")
+    if low < 1 or low > high:
+        raise ConfigError(f"local prompt length bounds must satisfy 1 <= low <= high; got {low}-{high}")
+    rng = np.random.default_rng(seed)
+    return [int(n) for n in rng.integers(low, high + 1, size=num_clients)]
+
+
+_RANDOM_SPEC = re.compile(r"random(?::(\d+)-(\d+))?")
+_LIST_SPEC = re.compile(r"\d+(?:,\d+)*")
+
+
+def parse_local_lengths(spec: str | int, num_clients: int, seed: int) -> list[int]:
+    """Local prompt lengths per client index from a config string.
+
+    Parameters
+    ----------
+    spec : str or int
+        ``"16"`` (every client), ``"4,8,16,32"`` (client ``i`` gets entry
+        ``i mod 4``), ``"random"`` (seeded draw in 4..64) or ``"random:A-B"``
+        (seeded draw in A..B). Spaces are ignored.
+    num_clients : int
+        Number of clients.
+    seed : int
+        Seed of the random draw.
+
+    Returns
+    -------
+    list[int]
+        ``num_clients`` positive lengths.
+
+    Raises
+    ------
+    ConfigError
+        If ``spec`` matches none of the forms or holds a length below 1.
+    """
+    if num_clients < 0:
+        raise ConfigError(f"number of clients must be non-negative; got {num_clients}")
+    text = re.sub(r"\s+", "", str(spec)).lower()
+    random_match = _RANDOM_SPEC.fullmatch(text)
+    if random_match:
+        low, high = random_match.groups()
+        if low is None:
+            return sample_local_lengths(num_clients, seed)
+        if int(low) < 1 or int(low) > int(high):
+            raise ConfigError(f"local prompt lengths {spec!r}: need 1 <= A <= B in 'random:A-B'")
+        return sample_local_lengths(num_clients, seed, int(low), int(high))
+    if not _LIST_SPEC.fullmatch(text):
+        raise ConfigError(
+            f"local prompt lengths {spec!r} not understood; use a length ('16'), a per-client list "
+            "('4,8,16,32'), 'random' or 'random:A-B'"
+        )
+    lengths = [int(part) for part in text.split(",")]
+    if min(lengths) < 1:
+        raise ConfigError(f"local prompt lengths {spec!r}: every length must be at least 1")
+    return [lengths[i % len(lengths)] for i in range(num_clients)]

@@ -1,0 +1,565 @@
+"""Text prompt learning over a frozen open_clip CLIP model (CoOp-style).
+
+Shared by CoOp-local, PromptFL and SDFed (METHODS.md, Family A):
+
+* :class:`PromptTextEncoder` runs learnable context vectors through the frozen
+  text tower, reproducing ``CLIP.encode_text`` on token embeddings;
+* :class:`PromptContext` holds the learnable ``(length, width)`` context;
+* :func:`clip_logits` turns normalised features into CLIP logits;
+* :func:`encode_images` and :class:`ImageFeatureCache` compute the frozen image
+  features once, since the image tower never changes during prompt learning.
+
+Nothing here imports Flower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedapp.errors import DataError, ModelError
+from fedapp.models.clip import LoadedClip
+
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "ImageFeatureCache",
+    "PromptContext",
+    "PromptTextEncoder",
+    "clip_image_batch",
+    "clip_logits",
+    "encode_images",
+]
+
+DEFAULT_TEMPLATE = "{name}."
+"""Text that follows the learned context for each class (CoOp's suffix)."""
+
+_POOL_TYPES = ("argmax", "eos", "first", "last")
+_OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+_OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def _text_tower(model: nn.Module) -> tuple[nn.Module, str, int | None]:
+    """Return the module holding the text tower, its pool type and EOS id.
+
+    ``CLIP`` keeps the tower's parts on itself; ``CustomTextCLIP`` keeps an
+    open_clip ``TextTransformer`` in ``.text``.
+    """
+    if isinstance(getattr(model, "token_embedding", None), nn.Embedding):
+        return model, str(model.text_pool_type), getattr(model, "text_eos_id", None)
+    text = getattr(model, "text", None)
+    if text is None or not isinstance(getattr(text, "token_embedding", None), nn.Embedding):
+        raise ModelError(
+            f"{type(model).__name__} has no open_clip token-embedding text tower "
+            "(e.g. a Hugging Face text encoder); prompt learning needs one"
+        )
+    # The CoCa class token and bidirectional pad masks change which positions see which;
+    # reproducing them on free-form embeddings is not supported.
+    if getattr(text, "cls_emb", None) is not None or getattr(text, "use_pad_mask", False):
+        raise ModelError("text towers with a class token or padding mask are not supported for prompt learning")
+    return text, str(text.pool_type), getattr(text, "eos_id", None)
+
+
+class PromptTextEncoder(nn.Module):
+    """The frozen CLIP text tower applied to learned context vectors.
+
+    For class ``k`` the token sequence is
+    ``[SOS][ctx_1..ctx_L][class-name tokens][.][EOT][pad...]``, cut to the
+    model's context length and pooled where ``CLIP.encode_text`` pools (the EOT
+    position for the usual ``argmax`` pooling). The suffix of every class is
+    tokenised once and kept as embeddings, so only the context varies per call
+    and any context length ``L`` works on the same instance.
+
+    The tower's modules are shared with the :class:`LoadedClip` (not copied):
+    their parameters stay frozen and the tower stays in eval mode whatever
+    :meth:`train` is called with.
+
+    Parameters
+    ----------
+    clip : LoadedClip
+        The frozen model and its tokenizer.
+    class_names : Sequence[str]
+        One name per class; underscores are read as spaces (as CoOp does).
+    template : str, default "{name}."
+        The text after the context for each class; must contain ``{name}``.
+
+    Raises
+    ------
+    ModelError
+        If the model has no supported text tower, the tokenizer does not emit
+        ``[SOS] text [EOT]`` rows of the model's context length, or
+        ``class_names`` is empty.
+    """
+
+    def __init__(self, clip: LoadedClip, class_names: Sequence[str], template: str = DEFAULT_TEMPLATE) -> None:
+        super().__init__()
+        if isinstance(class_names, str) or len(class_names) == 0:
+            raise ModelError("class_names must be a non-empty sequence of strings")
+        if "{name}" not in template:
+            raise ModelError(f"prompt template {template!r} has no {{name}} placeholder")
+        tower, pool_type, eos_id = _text_tower(clip.model)
+        if pool_type not in _POOL_TYPES:
+            raise ModelError(f"text pool type {pool_type!r} is not supported; expected one of {_POOL_TYPES}")
+        if pool_type == "eos" and eos_id is None:
+            raise ModelError("text pool type 'eos' needs the model's EOS token id, which it does not define")
+        self._pool_type = pool_type
+        self._eos_id = eos_id
+        self._class_names = tuple(str(name) for name in class_names)
+        self._tokenizer = clip.tokenizer
+        self._model_name = clip.model_name
+
+        # Shared frozen modules (registered so .to()/.parameters() see them).
+        self.token_embedding: nn.Embedding = tower.token_embedding
+        self.transformer: nn.Module = tower.transformer
+        self.ln_final: nn.Module = tower.ln_final
+        self.positional_embedding: nn.Parameter = tower.positional_embedding
+        self.text_projection: nn.Parameter | nn.Linear | None = tower.text_projection
+        self.register_buffer("attn_mask", tower.attn_mask, persistent=False)
+        self._context_length = int(self.positional_embedding.shape[0])
+        self.requires_grad_(False)
+        super().train(False)
+
+        if self._eot_positions(self._tokenize([""]))[0] != 1:
+            raise ModelError(f"tokenizer of {clip.model_name} does not emit [SOS][text][EOT] rows")
+        texts = [template.format(name=name.replace("_", " ")) for name in self._class_names]
+        suffix, eot = self._embed_suffixes(texts)
+        self.register_buffer("sos_embedding", suffix[0, :1].clone(), persistent=False)
+        # Everything after SOS: class tokens, ".", EOT and padding.
+        self.register_buffer("class_suffix", suffix[:, 1:].clone(), persistent=False)
+        self.register_buffer("class_eot", eot, persistent=False)
+        bare, bare_eot = self._embed_suffixes([""])
+        self.register_buffer("bare_suffix", bare[:, 1:].clone(), persistent=False)
+        self.register_buffer("bare_eot", bare_eot, persistent=False)
+
+    # ------------------------------------------------------------------ setup
+    def _tokenize(self, texts: list[str]) -> Tensor:
+        ids = torch.as_tensor(self._tokenizer(texts))
+        if ids.ndim != 2 or ids.shape[1] != self._context_length:
+            raise ModelError(
+                f"tokenizer of {self._model_name} returned shape {tuple(ids.shape)}; "
+                f"expected (n, {self._context_length}) to match the model's context length"
+            )
+        return ids.to(self.token_embedding.weight.device)
+
+    def _eot_positions(self, ids: Tensor) -> Tensor:
+        # Same rule as open_clip's text_global_pool, so our pooling matches encode_text.
+        if self._pool_type == "eos":
+            return (ids == self._eos_id).int().argmax(dim=-1)
+        return ids.argmax(dim=-1)
+
+    @torch.no_grad()
+    def _embed_suffixes(self, texts: list[str]) -> tuple[Tensor, Tensor]:
+        ids = self._tokenize(texts)
+        return self.token_embedding(ids), self._eot_positions(ids)
+
+    def train(self, mode: bool = True) -> PromptTextEncoder:
+        """Set the training flag without unfreezing the shared tower.
+
+        The tower stays in eval mode: it is shared by every user of the
+        :class:`LoadedClip` and must behave identically for all of them.
+        """
+        self.training = mode
+        return self
+
+    # ------------------------------------------------------------- properties
+    @property
+    def token_width(self) -> int:
+        """Width ``d_tok`` of a token embedding (and of a context vector)."""
+        return int(self.token_embedding.embedding_dim)
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of the joint image/text embedding produced by the encoder."""
+        if self.text_projection is None:
+            return self.token_width
+        if isinstance(self.text_projection, nn.Linear):
+            return int(self.text_projection.out_features)
+        return int(self.text_projection.shape[1])
+
+    @property
+    def context_length(self) -> int:
+        """Number of token positions the text tower reads."""
+        return self._context_length
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes this encoder builds prompts for."""
+        return len(self._class_names)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The class names, as given."""
+        return self._class_names
+
+    def max_context_tokens(self, num_class_tokens: int | None = None) -> int:
+        """Longest context that fits before the class tokens and EOT.
+
+        Parameters
+        ----------
+        num_class_tokens : int, optional
+            Tokens between the context and EOT (class name plus ``"."``).
+            Default: those of this encoder's longest class; ``0`` gives the
+            limit for :meth:`encode_bare`.
+
+        Returns
+        -------
+        int
+            ``context_length - 2 - num_class_tokens`` (SOS and EOT take two).
+        """
+        if num_class_tokens is None:
+            num_class_tokens = int(self.class_eot.max()) - 1
+        return self._context_length - 2 - int(num_class_tokens)
+
+    # --------------------------------------------------------------- encoding
+    @torch.no_grad()
+    def word_embeddings(self, text: str) -> Tensor:
+        """Token embeddings of ``text`` without SOS/EOT (e.g. CoOp's "a photo of a" init).
+
+        Parameters
+        ----------
+        text : str
+            Words to embed.
+
+        Returns
+        -------
+        Tensor
+            ``(n_tokens, token_width)``, detached.
+        """
+        ids = self._tokenize([text])
+        eot = int(self._eot_positions(ids)[0])
+        return self.token_embedding(ids[0, 1:eot]).clone()
+
+    def _check_context(self, context: Tensor, needed_after: int, what: str) -> None:
+        if context.ndim != 2:
+            raise ModelError(f"prompt context must be 2-D (length, width); got shape {tuple(context.shape)}")
+        if context.shape[1] != self.token_width:
+            raise ModelError(
+                f"prompt width {context.shape[1]} does not match the text encoder's token width {self.token_width}"
+            )
+        length = context.shape[0]
+        if 1 + length + needed_after > self._context_length:
+            raise ModelError(
+                f"prompt context of {length} tokens is too long: {what} needs {needed_after} tokens after it "
+                f"and the model's context length is {self._context_length}, so at most "
+                f"{self._context_length - 1 - needed_after} context tokens fit"
+            )
+
+    def _encode(self, context: Tensor, suffix: Tensor, eot: Tensor) -> Tensor:
+        """Run ``[SOS][context][suffix]`` rows through the tower; normalised output."""
+        cast_dtype = self._cast_dtype()
+        context = context.to(device=suffix.device, dtype=cast_dtype)
+        rows, length = suffix.shape[0], context.shape[0]
+        x = torch.cat(
+            [
+                self.sos_embedding.to(cast_dtype).expand(rows, -1, -1),
+                context.unsqueeze(0).expand(rows, -1, -1),
+                suffix.to(cast_dtype),
+            ],
+            dim=1,
+        )[:, : self._context_length]  # inserting L tokens pushes L padding tokens out
+        # From here on as CLIP.encode_text (the Transformer handles batch_first itself).
+        x = x + self.positional_embedding.to(cast_dtype)
+        x = self.transformer(x, attn_mask=self.attn_mask)
+        x = self.ln_final(x)
+        x = x[torch.arange(rows, device=x.device), self._pool_index(eot, length, rows)]
+        if isinstance(self.text_projection, nn.Linear):
+            x = self.text_projection(x)
+        elif self.text_projection is not None:
+            x = x @ self.text_projection
+        return F.normalize(x, dim=-1)
+
+    def _cast_dtype(self) -> torch.dtype:
+        get = getattr(self.transformer, "get_cast_dtype", None)
+        return get() if callable(get) else self.positional_embedding.dtype
+
+    def _pool_index(self, eot: Tensor, length: int, rows: int) -> Tensor:
+        if self._pool_type == "first":
+            return torch.zeros(rows, dtype=torch.long, device=eot.device)
+        if self._pool_type == "last":
+            return torch.full((rows,), self._context_length - 1, dtype=torch.long, device=eot.device)
+        return eot + length  # the EOT moved right by the context length
+
+    def encode_classes(self, context: Tensor) -> Tensor:
+        """Encode ``[SOS][context][class name][.][EOT]`` for every class.
+
+        Parameters
+        ----------
+        context : Tensor
+            ``(L, token_width)`` context vectors; gradients flow back to it.
+
+        Returns
+        -------
+        Tensor
+            ``(num_classes, embed_dim)``, L2-normalised.
+
+        Raises
+        ------
+        ModelError
+            If the width differs from :attr:`token_width`, or the context is
+            so long that a class suffix would be cut off.
+        """
+        longest = int(self.class_eot.argmax())
+        needed = int(self.class_eot[longest])  # class tokens + "." + EOT
+        self._check_context(context, needed, f"class {self._class_names[longest]!r}")
+        return self._encode(context, self.class_suffix, self.class_eot)
+
+    def encode_bare(self, context: Tensor) -> Tensor:
+        """Encode ``[SOS][context][EOT]`` (SDFed's ``d(G)``).
+
+        Parameters
+        ----------
+        context : Tensor
+            ``(L, token_width)`` context vectors; gradients flow back to it.
+
+        Returns
+        -------
+        Tensor
+            ``(embed_dim,)``, L2-normalised.
+
+        Raises
+        ------
+        ModelError
+            On a width mismatch or a context longer than ``context_length - 2``.
+        """
+        self._check_context(context, int(self.bare_eot[0]), "the EOT token")
+        return self._encode(context, self.bare_suffix, self.bare_eot)[0]
+
+    def forward(self, context: Tensor) -> Tensor:
+        """Alias of :meth:`encode_classes`."""
+        return self.encode_classes(context)
+
+
+class PromptContext(nn.Module):
+    """Learnable context vectors, initialised N(0, 0.02²) as in CoOp.
+
+    Parameters
+    ----------
+    length : int
+        Number of context tokens ``L`` (at least 1).
+    width : int
+        Token width ``d_tok`` of the text encoder.
+    generator : torch.Generator or int, optional
+        Source of the initial values: a generator, or a seed for a fresh one.
+        ``None`` uses torch's global generator.
+    std : float, default 0.02
+        Standard deviation of the initial values.
+    """
+
+    def __init__(
+        self,
+        length: int,
+        width: int,
+        generator: torch.Generator | int | None = None,
+        std: float = 0.02,
+    ) -> None:
+        super().__init__()
+        if int(length) < 1 or int(width) < 1:
+            raise ModelError(f"prompt context needs positive length and width; got ({length}, {width})")
+        if isinstance(generator, int):
+            generator = torch.Generator().manual_seed(generator)
+        values = torch.randn(int(length), int(width), generator=generator) * std
+        self.context = nn.Parameter(values)
+
+    @property
+    def length(self) -> int:
+        """Number of context tokens."""
+        return int(self.context.shape[0])
+
+    @property
+    def width(self) -> int:
+        """Width of each context vector."""
+        return int(self.context.shape[1])
+
+    def forward(self) -> Tensor:
+        """Return the context parameter."""
+        return self.context
+
+
+def clip_logits(image_features: Tensor, text_features: Tensor, logit_scale: Tensor | float) -> Tensor:
+    """CLIP logits ``exp(logit_scale) · f @ tᵀ``.
+
+    Parameters
+    ----------
+    image_features : Tensor
+        ``(N, D)``, already L2-normalised.
+    text_features : Tensor
+        ``(K, D)``, already L2-normalised.
+    logit_scale : Tensor or float
+        The model's log temperature (``clip.model.logit_scale``).
+
+    Returns
+    -------
+    Tensor
+        ``(N, K)`` logits.
+    """
+    scale = torch.as_tensor(logit_scale, device=image_features.device).exp()
+    return scale * image_features @ text_features.to(image_features.dtype).T
+
+
+# ------------------------------------------------------------------ images
+def _image_size(clip: LoadedClip) -> tuple[int, int]:
+    size: Any = getattr(clip.model.visual, "image_size", None)
+    if size is None:
+        size = getattr(clip.model.visual, "preprocess_cfg", {}).get("size")
+    if size is None:
+        raise ModelError(f"cannot tell the input image size of {clip.model_name}")
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)
+
+
+def _mean_std(clip: LoadedClip) -> tuple[Sequence[float], Sequence[float]]:
+    cfg = getattr(clip.model.visual, "preprocess_cfg", None) or {}
+    return cfg.get("mean", _OPENAI_MEAN), cfg.get("std", _OPENAI_STD)
+
+
+def _check_images(images_uint8: np.ndarray) -> np.ndarray:
+    array = np.asarray(images_uint8)
+    if array.dtype != np.uint8 or array.ndim != 4 or array.shape[-1] != 3:
+        raise DataError(f"expected uint8 images of shape (N, H, W, 3), got dtype {array.dtype} and shape {array.shape}")
+    return array
+
+
+def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip) -> Tensor:
+    """Turn ``uint8`` images into the model's normalised input.
+
+    Images are resized (bilinear, no crop) to the model's image size and
+    normalised with its preprocess mean/std (OpenAI's by default).
+
+    Parameters
+    ----------
+    images_uint8 : np.ndarray
+        ``(N, H, W, 3)`` ``uint8`` images.
+    clip : LoadedClip
+        The model whose input size and statistics to use.
+
+    Returns
+    -------
+    Tensor
+        ``(N, 3, S_h, S_w)`` float32 on the CPU.
+
+    Raises
+    ------
+    DataError
+        If the array is not ``uint8`` of shape ``(N, H, W, 3)``.
+    """
+    array = _check_images(images_uint8)
+    x = torch.from_numpy(np.ascontiguousarray(array)).permute(0, 3, 1, 2).float().div_(255.0)
+    size = _image_size(clip)
+    if tuple(x.shape[-2:]) != size and x.shape[0] > 0:
+        # Antialias when shrinking, as PIL does in open_clip's own transform.
+        shrink = size[0] < x.shape[-2] or size[1] < x.shape[-1]
+        x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink)
+    mean, std = _mean_std(clip)
+    mean_t = torch.tensor(mean, dtype=x.dtype).view(1, 3, 1, 1)
+    std_t = torch.tensor(std, dtype=x.dtype).view(1, 3, 1, 1)
+    return (x - mean_t) / std_t
+
+
+@torch.no_grad()
+def encode_images(
+    clip: LoadedClip,
+    images_uint8: np.ndarray,
+    *,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+) -> Tensor:
+    """Encode images with the frozen image tower, in batches.
+
+    Parameters
+    ----------
+    clip : LoadedClip
+        The frozen model.
+    images_uint8 : np.ndarray
+        ``(N, H, W, 3)`` ``uint8`` images.
+    batch_size : int, default 256
+        Images preprocessed and encoded at a time (bounds memory).
+    device : str or torch.device, optional
+        Where to run; default the model's own device (the model is shared and
+        is not moved, so pass the device it was loaded on).
+
+    Returns
+    -------
+    Tensor
+        ``(N, embed_dim)`` float32, L2-normalised, on ``device``.
+    """
+    if batch_size < 1:
+        raise DataError(f"batch_size must be positive; got {batch_size}")
+    images = _check_images(images_uint8)
+    param = next(clip.model.visual.parameters())
+    target = torch.device(device) if device is not None else param.device
+    chunks = []
+    for start in range(0, len(images), batch_size):
+        x = clip_image_batch(images[start : start + batch_size], clip)
+        features = clip.model.encode_image(x.to(device=target, dtype=param.dtype))
+        chunks.append(F.normalize(features.float(), dim=-1))
+    if not chunks:
+        return torch.empty(0, clip.embed_dim, device=target)
+    return torch.cat(chunks)
+
+
+class ImageFeatureCache:
+    """Per-process store of frozen image features, encoded once per key.
+
+    The image tower is frozen, so a client's features never change between
+    epochs or rounds; methods fetch them from here instead of re-encoding.
+
+    Attributes
+    ----------
+    encode_count : int
+        How many times images were actually encoded (cache misses).
+    """
+
+    def __init__(self) -> None:
+        self._store: dict[Hashable, Tensor] = {}
+        self.encode_count = 0
+
+    def get_or_encode(
+        self,
+        key: Hashable,
+        clip: LoadedClip,
+        images_uint8: np.ndarray,
+        *,
+        batch_size: int = 256,
+        device: str | torch.device | None = None,
+    ) -> Tensor:
+        """Return the features cached under ``key``, encoding them on first use.
+
+        Parameters
+        ----------
+        key : Hashable
+            Identifies model and images, e.g. ``(model_name, pretrained,
+            partition, split)``; the caller must make it unique per image set.
+        clip : LoadedClip
+            The frozen model.
+        images_uint8 : np.ndarray
+            ``(N, H, W, 3)`` ``uint8`` images (read only on a miss).
+        batch_size : int, default 256
+            Passed to :func:`encode_images`.
+        device : str or torch.device, optional
+            Passed to :func:`encode_images`.
+
+        Returns
+        -------
+        Tensor
+            ``(N, embed_dim)`` normalised features; shared, do not modify in place.
+        """
+        if key not in self._store:
+            self._store[key] = encode_images(clip, images_uint8, batch_size=batch_size, device=device)
+            self.encode_count += 1
+        return self._store[key]
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def clear(self) -> None:
+        """Drop every cached tensor (the encode count is kept)."""
+        self._store.clear()

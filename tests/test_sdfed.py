@@ -1,0 +1,185 @@
+"""SDFed math: projector geometry, losses, the local objective and local prompt lengths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedapp.errors import ConfigError, ModelError
+from fedapp.methods.sdfed import (
+    SDFedWeights,
+    build_projector,
+    parse_local_lengths,
+    refine,
+    retention_loss,
+    sample_local_lengths,
+    sdfed_logits,
+    sdfed_loss,
+    separation_loss,
+    subspace_projector,
+    top_right_singular_vectors,
+)
+from fedapp.models import TINY_CLIP, LoadedClip, load_open_clip
+from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_logits
+
+CLASS_NAMES = ("cat", "dog", "bird")
+
+
+@pytest.fixture(scope="module")
+def clip() -> LoadedClip:
+    return load_open_clip(TINY_CLIP)
+
+
+@pytest.fixture(scope="module")
+def encoder(clip: LoadedClip) -> PromptTextEncoder:
+    return PromptTextEncoder(clip, CLASS_NAMES)
+
+
+@pytest.fixture(scope="module")
+def width(clip: LoadedClip) -> int:
+    assert clip.text_width == 64  # the tiny model's token width, used as d below
+    return clip.text_width
+
+
+def _random(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_projector_is_symmetric_idempotent_and_constant(width: int) -> None:
+    g = _random(8, width, seed=0).requires_grad_()
+    r = subspace_projector(g)
+    assert r.shape == (width, width) and not r.requires_grad
+    torch.testing.assert_close(r, r.T, atol=1e-5, rtol=0)
+    torch.testing.assert_close(r @ r, r, atol=1e-5, rtol=0)
+
+
+def test_projector_removes_exactly_the_top_directions(width: int) -> None:
+    g = _random(8, width, seed=1)
+    proj = build_projector(g, lam=0.6)
+    assert proj.rank == 8 and proj.k == 4  # floor(0.6 * 8)
+    _, _, vh = torch.linalg.svd(g.double(), full_matrices=False)
+    x_top = vh[:4].float()
+    # Same subspace as the SVD's top-4 (signs may differ).
+    torch.testing.assert_close(proj.removed_directions.T @ proj.removed_directions, x_top.T @ x_top, atol=1e-5, rtol=0)
+    r = proj.matrix
+    torch.testing.assert_close(x_top @ r, torch.zeros(4, width), atol=1e-5, rtol=0)
+    kept = vh[4:8].float()  # rest of the row space
+    torch.testing.assert_close(kept @ r, kept, atol=1e-5, rtol=0)
+    g_c = _random(16, width, seed=2)
+    torch.testing.assert_close(refine(g_c, r) @ x_top.T, torch.zeros(16, 4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.trace(r), torch.tensor(float(width - 4)), atol=1e-4, rtol=0)
+
+
+def test_rank_mode_uses_numerical_rank(width: int) -> None:
+    g = _random(8, 5, seed=3) @ _random(5, width, seed=4)  # rank 5 in an 8-row prompt
+    proj = build_projector(g, lam=0.6)
+    assert proj.rank == 5 and proj.k == 3
+    assert build_projector(g, lam=0.6, rank_tol=1e9).k == 0
+    assert torch.equal(build_projector(g, lam=0.0).matrix, torch.eye(width))
+
+
+def test_dim_mode_removes_floor_lambda_d(width: int) -> None:
+    g = _random(8, width, seed=5)
+    proj = build_projector(g, lam=0.6, mode="dim")
+    assert proj.k == int(0.6 * width) == 38
+    r = proj.matrix
+    torch.testing.assert_close(r @ r, r, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.trace(r), torch.tensor(float(width - 38)), atol=1e-4, rtol=0)
+    torch.testing.assert_close(g @ r, torch.zeros(8, width), atol=1e-4, rtol=0)  # whole row space removed
+    assert top_right_singular_vectors(g, 38).shape == (38, width)
+
+
+def test_projector_errors(width: int) -> None:
+    g = _random(8, width, seed=6)
+    with pytest.raises(ConfigError, match="mode 'full'"):
+        subspace_projector(g, mode="full")
+    with pytest.raises(ConfigError, match="lambda"):
+        subspace_projector(g, lam=1.5)
+    with pytest.raises(ModelError, match="2-D"):
+        subspace_projector(g[0])
+    with pytest.raises(ModelError, match="width 32 does not match"):
+        refine(_random(4, 32, seed=7), subspace_projector(g))
+
+
+def test_refine_passes_gradients(width: int) -> None:
+    g_c = _random(6, width, seed=8).requires_grad_()
+    refine(g_c, subspace_projector(_random(8, width, seed=9))).sum().backward()
+    assert g_c.grad is not None and g_c.grad.abs().sum() > 0
+
+
+def test_separation_loss_hinge() -> None:
+    d_global = torch.tensor([1.0, 0.0])
+    far = torch.tensor([0.0, 1.0])  # distance sqrt(2) > 0.8
+    near = torch.tensor([0.8, 0.6])  # distance sqrt(0.4) ~ 0.632 < 0.8
+    assert float(separation_loss(far, d_global, gamma=0.8)) == 0.0
+    assert float(separation_loss(near, d_global, gamma=0.8)) == pytest.approx(0.8 - 0.4**0.5)
+    assert float(separation_loss(near, d_global, gamma=0.6)) == 0.0
+
+
+def test_retention_loss(encoder: PromptTextEncoder, width: int) -> None:
+    g_c = _random(6, width, seed=10) * 0.02
+    d_local = encoder.encode_bare(g_c)
+    assert float(retention_loss(d_local, encoder.encode_bare(refine(g_c, torch.eye(width))))) == 0.0
+    refined = refine(g_c, subspace_projector(_random(8, width, seed=11)))
+    value = retention_loss(d_local, encoder.encode_bare(refined))
+    assert float(value) > 0
+    assert float(value) == pytest.approx(float((d_local - encoder.encode_bare(refined)).norm() ** 2), rel=1e-5)
+
+
+def test_sdfed_logits_average_the_branches() -> None:
+    f = torch.nn.functional.normalize(_random(5, 4, seed=12), dim=-1)
+    tg = torch.nn.functional.normalize(_random(3, 4, seed=13), dim=-1)
+    tl = torch.nn.functional.normalize(_random(3, 4, seed=14), dim=-1)
+    scale = torch.tensor(2.0)
+    expected = 0.5 * (clip_logits(f, tg, scale) + clip_logits(f, tl, scale))
+    torch.testing.assert_close(sdfed_logits(f, tg, tl, scale), expected)
+    torch.testing.assert_close(sdfed_logits(f, tg, tg, scale), scale.exp() * f @ tg.T)
+
+
+def test_sdfed_loss_trains_both_prompts_only(clip: LoadedClip, encoder: PromptTextEncoder, width: int) -> None:
+    global_ctx = PromptContext(8, width, generator=15)
+    local_ctx = PromptContext(12, width, generator=16)
+    r = subspace_projector(global_ctx.context)
+    features = torch.nn.functional.normalize(_random(6, encoder.embed_dim, seed=17), dim=-1)
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    loss, parts = sdfed_loss(
+        encoder, global_ctx(), local_ctx(), r, features, labels, clip.model.logit_scale, SDFedWeights()
+    )
+    assert torch.isfinite(loss) and loss.ndim == 0
+    assert set(parts) == {"loss", "ce", "retention", "separation"}
+    assert parts["loss"] == pytest.approx(parts["ce"] + parts["retention"] + parts["separation"], rel=1e-5)
+    loss.backward()
+    for ctx in (global_ctx, local_ctx):
+        assert ctx.context.grad is not None and ctx.context.grad.abs().sum() > 0
+    assert all(p.grad is None and not p.requires_grad for p in clip.model.parameters())
+
+
+def test_weights_validation() -> None:
+    assert SDFedWeights() == SDFedWeights(alpha=1.0, beta=1.0, gamma=0.8, lam=0.6)
+    with pytest.raises(ConfigError, match="alpha"):
+        SDFedWeights(alpha=-1.0)
+    with pytest.raises(ConfigError, match="lambda"):
+        SDFedWeights(lam=2.0)
+
+
+def test_sample_local_lengths() -> None:
+    a = sample_local_lengths(50, seed=3)
+    assert a == sample_local_lengths(50, seed=3)
+    assert a != sample_local_lengths(50, seed=4)
+    assert len(a) == 50 and all(4 <= n <= 64 for n in a)
+    assert set(sample_local_lengths(200, seed=0, low=2, high=3)) == {2, 3}
+    with pytest.raises(ConfigError):
+        sample_local_lengths(3, seed=0, low=8, high=4)
+
+
+def test_parse_local_lengths() -> None:
+    assert parse_local_lengths("16", 3, seed=0) == [16, 16, 16]
+    assert parse_local_lengths(16, 2, seed=0) == [16, 16]
+    assert parse_local_lengths("4,8,16,32", 6, seed=0) == [4, 8, 16, 32, 4, 8]
+    assert parse_local_lengths(" 4, 8 ", 3, seed=0) == [4, 8, 4]
+    assert parse_local_lengths("random", 10, seed=1) == sample_local_lengths(10, seed=1)
+    drawn = parse_local_lengths("random:4-8", 20, seed=1)
+    assert drawn == sample_local_lengths(20, seed=1, low=4, high=8) and all(4 <= n <= 8 for n in drawn)
+    for bad in ("", "abc", "4;8", "0", "4,0", "random:9-4", "random:4", "-3"):
+        with pytest.raises(ConfigError, match="local prompt lengths"):
+            parse_local_lengths(bad, 4, seed=0)
