@@ -15,7 +15,7 @@ from fedapp.flops import model_forward_flops, train_step_flops
 from fedapp.models import build_model
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
 from fedapp.state import StateStore
-from fedapp.training import EvalResult, LossFn, TrainResult, cross_entropy_loss, evaluate, train
+from fedapp.training import EvalResult, LossFn, TensorData, TrainResult, cross_entropy_loss, evaluate, train
 
 
 def derived_seed(*parts: int) -> int:
@@ -81,13 +81,19 @@ class FedAppClient(NumPyClient):
         return len(self.data.train) * int(self.config["local-epochs"])
 
     def train_model(
-        self, model: nn.Module, server_round: int, loss_fn: LossFn = cross_entropy_loss, params=None
+        self,
+        model: nn.Module,
+        server_round: int,
+        loss_fn: LossFn = cross_entropy_loss,
+        params=None,
+        data: TensorData | None = None,
     ) -> TrainResult:
-        """Local training with the configured epochs, batch size and optimiser."""
+        """Local training with the configured epochs, batch size and optimiser
+        (on the client's training images unless ``data`` says otherwise)."""
         cfg = self.config
         return train(
             model,
-            self.data.train,
+            self.data.train if data is None else data,
             epochs=int(cfg["local-epochs"]),
             batch_size=int(cfg["batch-size"]),
             lr=float(cfg["lr"]),
@@ -99,9 +105,9 @@ class FedAppClient(NumPyClient):
             device=self.device,
         )
 
-    def test_model(self, model: nn.Module) -> EvalResult:
-        """Accuracy on this client's own test split."""
-        return evaluate(model, self.data.test, device=self.device)
+    def test_model(self, model: nn.Module, data: TensorData | None = None) -> EvalResult:
+        """Accuracy on this client's own test split (or on ``data``)."""
+        return evaluate(model, self.data.test if data is None else data, device=self.device)
 
     def load_personal_model(self, name: str = "model", architecture: str | None = None) -> nn.Module:
         """The client's own model from its store, or a fresh one on first use."""

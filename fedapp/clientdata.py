@@ -24,15 +24,42 @@ LOCAL_SPLIT = (0.8, 0.1, 0.1)
 LOCAL_SPLIT_EXTERNAL_TEST = (0.9, 0.1, 0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
+class LabelledImages:
+    """One split of a client's data: uint8 images (N, H, W, 3) and labels."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @functools.cached_property
+    def tensors(self) -> TensorData:
+        """Normalised float tensors for the zoo models, built on first use only
+        (CLIP methods encode the raw images instead and never need them)."""
+        return TensorData(x=to_float_tensor(self.images), y=torch.as_tensor(self.labels, dtype=torch.long))
+
+
+@dataclass(frozen=True, eq=False)
 class ClientData:
-    """A client's tensors and what it knows about its labels."""
+    """A client's train/val/test splits and what it knows about its labels."""
 
     partition_id: int
-    train: TensorData
-    val: TensorData
-    test: TensorData
+    splits: dict[str, LabelledImages]
     class_names: tuple[str, ...]
+
+    @property
+    def train(self) -> TensorData:
+        return self.splits["train"].tensors
+
+    @property
+    def val(self) -> TensorData:
+        return self.splits["val"].tensors
+
+    @property
+    def test(self) -> TensorData:
+        return self.splits["test"].tensors
 
     @property
     def num_classes(self) -> int:
@@ -40,7 +67,7 @@ class ClientData:
 
     def label_counts(self) -> np.ndarray:
         """Examples per class in the training split (the client's label prior)."""
-        return np.bincount(self.train.y.numpy(), minlength=self.num_classes)
+        return np.bincount(self.splits["train"].labels, minlength=self.num_classes)
 
 
 def _source_key(config: RunConfig) -> tuple:
@@ -107,10 +134,17 @@ def _check_same_classes(train: ArrayDataset, test: ArrayDataset, where: str) -> 
         )
 
 
-def _tensors(source: ArrayDataset, indices: np.ndarray) -> TensorData:
-    return TensorData(
-        x=to_float_tensor(source.images[indices]), y=torch.as_tensor(source.labels[indices], dtype=torch.long)
-    )
+def _subset(source: ArrayDataset, indices: np.ndarray) -> LabelledImages:
+    return LabelledImages(images=source.images[indices], labels=source.labels[indices].astype(np.int64))
+
+
+def few_shot(indices: np.ndarray, labels: np.ndarray, shots: int, seed: int) -> np.ndarray:
+    """At most ``shots`` indices per class, drawn with ``seed`` (0 keeps all)."""
+    if shots <= 0:
+        return indices
+    rng = np.random.default_rng(seed)
+    kept = [rng.permutation(indices[labels[indices] == c])[:shots] for c in np.unique(labels[indices])]
+    return np.sort(np.concatenate(kept)) if kept else indices
 
 
 def load_client_data(config: RunConfig, partition_id: int, num_partitions: int, local_data_dir: str = "") -> ClientData:
@@ -142,14 +176,13 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         _check_same_classes(source, pool, external_dir)
         size = max(1, len(pool) // num_partitions)
         test_idx = sample_external_test(source.labels[split.train], pool.labels, size, seed=seed)
-        test = _tensors(pool, test_idx)
+        test = _subset(pool, test_idx)
     else:
         split = split_stratified(indices, source.labels, LOCAL_SPLIT, seed=seed)
-        test = _tensors(source, split.test)
+        test = _subset(source, split.test)
+    train = few_shot(split.train, source.labels, int(config["shots-per-class"]), seed)
     return ClientData(
         partition_id=partition_id,
-        train=_tensors(source, split.train),
-        val=_tensors(source, split.val),
-        test=test,
+        splits={"train": _subset(source, train), "val": _subset(source, split.val), "test": test},
         class_names=source.class_names,
     )

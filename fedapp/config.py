@@ -23,7 +23,21 @@ Scalar = bool | int | float | str
 
 # The methods and their factories live in fedapp.registry; the names are
 # repeated here only as the set of valid values (a test keeps both in step).
-METHODS = ("fedavg", "standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
+METHODS = (
+    "fedavg",
+    "standalone",
+    "pfedlora",
+    "lg-fedavg",
+    "fedproto",
+    "fd",
+    "fml",
+    "fedkd",
+    "coop-local",
+    "promptfl",
+    "sdfed",
+)
+# Methods that adapt a frozen open_clip model (the zoo `model` key is unused there).
+CLIP_METHODS = ("coop-local", "promptfl", "sdfed")
 # Methods whose clients may run different architectures (nothing model-shaped is averaged).
 HETEROGENEOUS_METHODS = ("standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
 ADAPTER_KINDS = ("matrix", "direct")
@@ -118,6 +132,19 @@ SCHEMA: dict[str, Key] = {
     "fml-alpha": Key(float, 0.5, "FML weight of the local model's own CE (1 - alpha on KL)", low=0.0, high=1.0),
     "fml-beta": Key(float, 0.5, "FML weight of the shared model's own CE (1 - beta on KL)", low=0.0, high=1.0),
     "pretrained": Key(str, "", "open_clip pretrained tag or local checkpoint path"),
+    "clip-model": Key(str, "fedapp-tiny-clip", "open_clip model of the CLIP methods"),
+    "client-clip-models": Key(str, "", "comma list of open_clip models cycled over clients (model heterogeneity)"),
+    "precision": Key(str, "fp32", "precision of the frozen encoders", choices=("fp32", "fp16", "bf16")),
+    "shots-per-class": Key(int, 0, "training samples per class on each client (0 = all)", low=0),
+    "prompt-length": Key(int, 8, "length of the shared (global) text prompt", low=1),
+    "local-prompt-lengths": Key(str, "random:4-64", "SDFed local prompt lengths: 16, a list 4,8,16, or random:4-64"),
+    "sdfed-lambda": Key(float, 0.6, "SDFed share of the global prompt's directions removed", low=0.0, high=1.0),
+    "sdfed-gamma": Key(float, 0.8, "SDFed divergence margin", low=0.0),
+    "sdfed-alpha": Key(float, 1.0, "SDFed weight of information retention L_str", low=0.0),
+    "sdfed-beta": Key(float, 1.0, "SDFed weight of divergence control L_sep", low=0.0),
+    "projector-mode": Key(
+        str, "rank", "SDFed projector: rank of G_s (ours) or the literal dim", choices=("rank", "dim")
+    ),
     "results-dir": Key(str, "results", "where run folders are written"),
     "run-name": Key(str, "", "run folder name (default: method-dataset-partition-seed)"),
     "state": Key(str, "memory", "where personal client state lives", choices=STATE_BACKENDS),
@@ -235,6 +262,12 @@ def client_model_names(v: Mapping[str, Scalar]) -> tuple[str, ...]:
     return listed or (str(v["model"]),)
 
 
+def client_clip_model_names(v: Mapping[str, Scalar]) -> tuple[str, ...]:
+    """The open_clip backbones cycled over clients: ``client-clip-models`` if set, else ``(clip-model,)``."""
+    listed = tuple(name.strip() for name in str(v["client-clip-models"]).split(",") if name.strip())
+    return listed or (str(v["clip-model"]),)
+
+
 def _check_model(v: dict[str, Scalar]) -> None:
     from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps config import light
 
@@ -277,7 +310,15 @@ def _check_clients(v: dict[str, Scalar]) -> None:
         )
 
 
+def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
+    if v["method"] == "sdfed":
+        from fedapp.methods.sdfed import parse_local_lengths  # noqa: PLC0415 - torch only when needed
+
+        parse_local_lengths(str(v["local-prompt-lengths"]), int(v["num-partitions"]), int(v["seed"]))
+
+
 _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
+    _check_local_prompt_lengths,
     _check_classes_per_client,
     _check_model,
     _check_data_paths,

@@ -63,6 +63,21 @@ REGISTRY: dict[str, MethodSpec] = {
         "clients.mutual:FedKDClient",
         "adaptive mutual distillation with a shared small model (Wu et al., 2022)",
     ),
+    "coop-local": MethodSpec(
+        "strategies.standalone:StandaloneStrategy",
+        "clients.prompt:CoOpLocalClient",
+        "CoOp on each client alone: a learned text context over a frozen CLIP (Zhou et al., 2022)",
+    ),
+    "promptfl": MethodSpec(
+        "strategies.promptfl:PromptFLStrategy",
+        "clients.prompt:PromptFLClient",
+        "one shared text context averaged across clients (Guo et al., 2023)",
+    ),
+    "sdfed": MethodSpec(
+        "strategies.sdfed:SDFedStrategy",
+        "clients.prompt:SDFedClient",
+        "shared global prompt + private variable-length local prompt, subspace refinement, divergence control",
+    ),
 }
 assert set(REGISTRY) == set(METHODS), "fedapp.config.METHODS and REGISTRY must name the same methods"
 

@@ -9,6 +9,8 @@ from strategies.fml import FMLStrategy
 from strategies.lg_fedavg import LGFedAvgStrategy
 from strategies.per_class import PerClassStrategy
 from strategies.pfedlora import PFedLoRAStrategy
+from strategies.promptfl import PromptFLStrategy
+from strategies.sdfed import SDFedStrategy
 from strategies.shared_module import SharedModuleStrategy
 from strategies.standalone import StandaloneStrategy
 
@@ -23,6 +25,8 @@ __all__ = [
     "LGFedAvgStrategy",
     "PFedLoRAStrategy",
     "PerClassStrategy",
+    "PromptFLStrategy",
+    "SDFedStrategy",
     "SharedModuleStrategy",
     "StandaloneStrategy",
 ]

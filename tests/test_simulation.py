@@ -82,3 +82,12 @@ def test_pfedlora_heterogeneous_clients_exchange_only_the_adapter(tmp_path):
         assert 0.0 <= row["eval_adapter_accuracy"] <= 1.0
         assert row["train_flops_round"] > 0
     assert rows[1]["train_flops_cumulative"] == rows[0]["train_flops_round"] + rows[1]["train_flops_round"]
+
+
+def test_sdfed_runs_with_heterogeneous_local_prompt_lengths(tmp_path):
+    run_dir = simulate(tmp_path, method="sdfed", **{"local-prompt-lengths": "4,8,16,12", "shots-per-class": 8})
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    for row in rows:
+        assert row["clients_fit"] == 4 and row["clients_failed"] == 0
+        assert row["params_round_total"] == 4 * 2 * 8 * 64  # the global prompt, up and down
+    assert rows[-1]["fit_local_prompt_length"] > 0

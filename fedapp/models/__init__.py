@@ -21,6 +21,7 @@ from fedapp.models.clip import (
     clear_clip_cache,
     load_open_clip,
     register_tiny_configs,
+    text_token_width,
 )
 from fedapp.models.cnn import (
     CNN_CONFIGS,
@@ -47,6 +48,7 @@ __all__ = [
     "count_parameters",
     "load_open_clip",
     "register_tiny_configs",
+    "text_token_width",
 ]
 
 ZOO: dict[str, Callable[..., nn.Module]] = {

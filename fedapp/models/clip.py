@@ -282,3 +282,14 @@ def load_open_clip(
 def clear_clip_cache() -> None:
     """Drop every cached :class:`LoadedClip` (frees the backbones' memory)."""
     _load_cached.cache_clear()
+
+
+def text_token_width(model_name: str) -> int:
+    """Token-embedding width of an open_clip model's text tower, read from its
+    config, so the server can size a prompt without loading (or downloading) weights."""
+    register_tiny_configs()
+    name = _resolve_model_name(model_name)
+    cfg = _open_clip().get_model_config(name)
+    if cfg is None or "text_cfg" not in cfg:
+        raise ModelError(f"open_clip model {model_name!r} has no text tower config")
+    return int(cfg["text_cfg"].get("width", 512))

@@ -1,0 +1,23 @@
+"""PromptFL server: FedAvg of one shared text prompt (context vectors)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from fedapp.config import client_clip_model_names
+from fedapp.methods.prompts import require_same_token_width
+from fedapp.models import text_token_width
+from fedapp.models.prompt import PromptContext
+from strategies.shared_module import SharedModuleStrategy
+
+
+class PromptFLStrategy(SharedModuleStrategy):
+    """Averages the shared context; clients with other backbones may join while
+    their text token widths match (a mismatch is refused before round 1)."""
+
+    has_global_model = True
+
+    def build_shared_module(self) -> nn.Module:
+        names = client_clip_model_names(self.config.values)
+        width = require_same_token_width(names, [text_token_width(name) for name in names])
+        return PromptContext(int(self.config["prompt-length"]), width, generator=int(self.config["seed"]))
