@@ -280,7 +280,8 @@ def _check_model(v: dict[str, Scalar]) -> None:
                 f"config key 'client-models' = {v['client-models']!r} names {name!r}, not one of: "
                 f"{', '.join(MODEL_NAMES)}"
             )
-    if len(set(client_model_names(v))) > 1 and v["method"] not in HETEROGENEOUS_METHODS:
+    mixed = len(set(client_model_names(v))) > 1
+    if mixed and v["method"] not in HETEROGENEOUS_METHODS and v["method"] not in CLIP_METHODS:
         raise ConfigError(
             f"config key 'client-models' = {v['client-models']!r} mixes architectures, but method "
             f"'{v['method']}' averages whole models; use one of: {', '.join(HETEROGENEOUS_METHODS)}"

@@ -1,7 +1,8 @@
 """Deployment on loopback: a real SuperLink, two SuperNodes and ``flwr run``.
 
-Every process this test starts is stopped by PID (with its process group) at
-the end, pass or fail.
+One SuperLink and two SuperNodes serve several runs, one per method, as a
+long-lived deployment would. Every process the module starts is stopped by PID
+(with its process group) at the end, pass or fail.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -42,79 +44,100 @@ def wait_healthy(url: str, timeout: float = 60.0) -> None:
     raise TimeoutError(f"{url} did not become healthy in {timeout}s")
 
 
-@pytest.fixture
-def processes():
-    started: list[subprocess.Popen] = []
-    yield started
-    stop_processes([p.pid for p in started])
+@dataclass
+class Federation:
+    env: dict[str, str]
+    logs: Path
+    root: Path
+
+    def logs_tail(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.logs.iterdir()))
 
 
-def test_fedavg_two_rounds_over_loopback(tmp_path, processes):
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deployment")
+    home = root / "flwr-home"
+    home.mkdir()
     env = {
         **os.environ,
         # The SuperLink and SuperNodes start flwr-serverapp / flwr-clientapp from PATH.
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_HOME": str(tmp_path / "flwr-home"),
+        "FLWR_HOME": str(home),
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
     }
-    link_port = free_port()
-    logs = tmp_path / "logs"
+    logs = root / "logs"
     logs.mkdir()
+    started: list[subprocess.Popen] = []
 
     def start(name: str, *args: str) -> None:
         out = (logs / f"{name}.log").open("w")
-        processes.append(
-            subprocess.Popen(
-                [str(BIN / args[0]), *args[1:]], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        )
+        command = [str(BIN / args[0]), *args[1:]]
+        started.append(subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
 
-    start(
-        "superlink",
-        "flower-superlink",
-        "--insecure",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(link_port),
-        "--database",
-        str(tmp_path / "superlink.db"),
-    )
-    wait_healthy(f"http://127.0.0.1:{link_port}/health")
-    for pid in range(2):
+    try:
+        link_port = free_port()
         start(
-            f"supernode-{pid}",
-            "flower-supernode",
+            "superlink",
+            "flower-superlink",
             "--insecure",
-            "--superlink",
-            f"127.0.0.1:{link_port}",
+            "--host",
+            "127.0.0.1",
             "--port",
-            str(free_port()),
-            "--node-config",
-            f"partition-id={pid} num-partitions=2",
+            str(link_port),
+            "--database",
+            str(root / "superlink.db"),
         )
+        wait_healthy(f"http://127.0.0.1:{link_port}/health")
+        for pid in range(2):
+            start(
+                f"supernode-{pid}",
+                "flower-supernode",
+                "--insecure",
+                "--superlink",
+                f"127.0.0.1:{link_port}",
+                "--port",
+                str(free_port()),
+                "--node-config",
+                f"partition-id={pid} num-partitions=2",
+            )
+        connection = f'address = "127.0.0.1:{link_port}"\ninsecure = true\n'
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n{connection}')
+        yield Federation(env=env, logs=logs, root=root)
+    finally:
+        stop_processes([p.pid for p in started])
 
-    home = tmp_path / "flwr-home"
-    home.mkdir(exist_ok=True)
-    connection = f'address = "127.0.0.1:{link_port}"\ninsecure = true\n'
-    (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n{connection}')
-    results = tmp_path / "results"
-    run_config = f'num-rounds=2 num-partitions=2 min-clients=2 model="cnn-5" results-dir="{results}" run-name="deploy"'
+
+@pytest.mark.parametrize(
+    ("method", "extra"),
+    [
+        ("fedavg", 'model="cnn-5"'),
+        ("coop-local", "shots-per-class=8"),
+        ("promptfl", "shots-per-class=8"),
+        ("sdfed", 'shots-per-class=8 local-prompt-lengths="4,16"'),
+    ],
+)
+def test_two_rounds_over_loopback(federation, method, extra):
+    results = federation.root / "results"
+    run_config = (
+        f'method="{method}" num-rounds=2 num-partitions=2 min-clients=2 {extra} '
+        f'results-dir="{results}" run-name="{method}"'
+    )
     done = subprocess.run(
         [str(BIN / "flwr"), "run", str(ROOT), "loopback", "--stream", "--run-config", run_config],
-        env=env,
+        env=federation.env,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    metrics = results / "deploy" / "metrics.jsonl"
+    metrics = results / method / "metrics.jsonl"
     if not metrics.exists():
-        logs_text = "\n".join(p.read_text()[-3000:] for p in logs.iterdir())
-        pytest.fail(f"no metrics written\n{done.stdout[-3000:]}\n{logs_text}")
+        pytest.fail(f"no metrics written\n{done.stdout[-3000:]}\n{federation.logs_tail()}")
     rows = read_metrics(metrics)
     assert [r["round"] for r in rows] == [1, 2]
     assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows)
-    assert rows[-1]["acc_mean"] > 0.1  # better than chance on 10 classes after 2 rounds
+    if method == "fedavg":
+        assert rows[-1]["acc_mean"] > 0.1  # better than chance on 10 classes after 2 rounds
