@@ -5,7 +5,7 @@ communicated and training FLOPs until the target mean accuracy is first
 reached, and seconds per round::
 
     python benchmarks/family_b.py --data ../shared/datasets/cifar10-train.tar.gz \
-        --clients 10 --fraction 1.0 --rounds 30
+        --clients 10 --fraction 1.0 --rounds 20
 
 Every method gets the same clients, data, rounds, local epochs, batch size and
 learning rate; client k runs CNN-(k mod 5 + 1) unless ``--homogeneous``.
@@ -14,23 +14,14 @@ learning rate; client k runs CNN-(k mod 5 + 1) unless ``--homogeneous``.
 from __future__ import annotations
 
 import argparse
-import json
-import time
+import sys
 from pathlib import Path
 
-from fedapp.launch import run
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import data_overrides, fmt_count, markdown_table, run_method
 
 METHODS = ("pfedlora", "standalone", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
 HETERO = "cnn-1,cnn-2,cnn-3,cnn-4,cnn-5"
-
-
-def fmt_count(value: float | None) -> str:
-    if value is None:
-        return "not reached"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.2f}{unit}"
-    return f"{value:.0f}"
 
 
 def main() -> None:
@@ -39,7 +30,7 @@ def main() -> None:
     parser.add_argument("--test-data", help="optional external test split (ImageFolder)")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--fraction", type=float, default=1.0)
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--local-epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.01)
@@ -67,39 +58,41 @@ def main() -> None:
         "target-accuracy": args.target,
         "seed": args.seed,
         "results-dir": str(Path(args.results_dir).resolve()),
+        **data_overrides(args.data, args.test_data),
     }
-    if args.data:
-        common.update({"dataset": "imagefolder", "data-dir": str(Path(args.data).expanduser().resolve())})
-    if args.test_data:
-        common["test-data-dir"] = str(Path(args.test_data).expanduser().resolve())
     setting = f"N{args.clients}-C{args.fraction:g}-{args.partition}-E{args.local_epochs}-R{args.rounds}"
-    rows = []
-    for method in args.methods.split(","):
-        started = time.perf_counter()
-        run_dir = run({**common, "method": method, "run-name": f"{method}-{setting}"}, num_clients=args.clients)
-        wall = time.perf_counter() - started
-        summary = json.loads((run_dir / "summary.json").read_text())
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        steady = [m["round_seconds"] for m in metrics[1:]] or [metrics[0]["round_seconds"]]
-        rows.append((method, summary, sum(steady) / len(steady), wall))
-        print(f"{method}: mean acc {summary['final_acc_mean']:.4f} ({wall:.0f}s)", flush=True)
+    runs = [run_method(method, common, setting, args.clients) for method in args.methods.split(",")]
 
     print(
         f"\nSetting: {setting}, target mean accuracy {args.target}, client models "
         f"{'CNN-1' if args.homogeneous else 'CNN-1..5'}\n"
     )
-    print(
-        "| method | mean acc | worst acc | std | best mean acc | params to target | FLOPs to target "
-        "| params total | s/round |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for method, s, per_round, _ in rows:
-        to_target = f"{fmt_count(s['params_to_target'])} | {fmt_count(s['train_flops_to_target'])}"
-        print(
-            f"| {method} | {s['final_acc_mean']:.4f} | {s['final_acc_worst']:.4f} | {s['final_acc_std']:.4f} "
-            f"| {s['best_acc_mean']:.4f} | {to_target} | {fmt_count(s['total_params_communicated'])} "
-            f"| {per_round:.1f} |"
-        )
+    header = [
+        "method",
+        "mean acc",
+        "worst acc",
+        "std",
+        "best mean acc",
+        "params to target",
+        "FLOPs to target",
+        "params total",
+        "s/round",
+    ]
+    rows = [
+        [
+            r.method,
+            f"{r.summary['final_acc_mean']:.4f}",
+            f"{r.summary['final_acc_worst']:.4f}",
+            f"{r.summary['final_acc_std']:.4f}",
+            f"{r.summary['best_acc_mean']:.4f}",
+            fmt_count(r.summary["params_to_target"]),
+            fmt_count(r.summary["train_flops_to_target"]),
+            fmt_count(r.summary["total_params_communicated"]),
+            f"{r.seconds_per_round:.1f}",
+        ]
+        for r in runs
+    ]
+    print(markdown_table(header, rows))
 
 
 if __name__ == "__main__":
