@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,13 @@ def parse_overrides(text: list[str]) -> dict:
                 raise FedAppError(f"--run-config item {item!r} is not key=value")
             values.update(tomllib.loads(f'"{key}" = {raw}'))
     return values
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def superlink_pids(flwr_home: Path) -> list[int]:
@@ -129,6 +137,10 @@ def run(
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "FLWR_HOME": str(home),
+        # A private local SuperLink: another launch (or the user's own `flwr run`)
+        # must neither receive this run nor be stopped when this one ends.
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
     }

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
+
 import pytest
 
 from fedapp.errors import ConfigError
@@ -32,8 +35,27 @@ def test_bad_config_fails_before_any_process_starts(tmp_path):
     assert not (tmp_path / "home").exists()
 
 
+class _HealthyHandler(http.server.BaseHTTPRequestHandler):
+    """Answers like a healthy SuperLink that accepts no runs."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.mark.slow
 def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
+    # Something already answers on Flower's default local SuperLink port (another
+    # user's or another launch's SuperLink): the launch must use its own.
+    try:
+        impostor = http.server.HTTPServer(("127.0.0.1", 39091), _HealthyHandler)
+    except OSError:
+        impostor = None  # the port is taken by a real one already: the same situation
+    if impostor is not None:
+        threading.Thread(target=impostor.serve_forever, daemon=True).start()
     home = tmp_path / "home"
     run_dir = run(
         {"num-rounds": 2, "model": "cnn-5", "results-dir": str(tmp_path / "results"), "run-name": "launch"},
@@ -43,3 +65,5 @@ def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["clients_fit"] for r in rows] == [3, 3]
     assert superlink_pids(home.resolve()) == []
+    if impostor is not None:
+        impostor.shutdown()
