@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedapp.errors import DataError, ModelError
-from fedapp.models import TINY_CLIP, LoadedClip, load_open_clip
+from fedapp.models import TINY_CLIP, LoadedClip
 from fedapp.models.prompt import (
     ImageFeatureCache,
     PromptContext,
@@ -18,11 +18,6 @@ from fedapp.models.prompt import (
 )
 
 CLASS_NAMES = ("cat", "dog", "sea lion", "hot air balloon")
-
-
-@pytest.fixture(scope="module")
-def clip() -> LoadedClip:
-    return load_open_clip(TINY_CLIP)
 
 
 @pytest.fixture(scope="module")

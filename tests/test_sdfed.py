@@ -19,15 +19,10 @@ from fedapp.methods.sdfed import (
     subspace_projector,
     top_right_singular_vectors,
 )
-from fedapp.models import TINY_CLIP, LoadedClip, load_open_clip
+from fedapp.models import LoadedClip
 from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_logits
 
 CLASS_NAMES = ("cat", "dog", "bird")
-
-
-@pytest.fixture(scope="module")
-def clip() -> LoadedClip:
-    return load_open_clip(TINY_CLIP)
 
 
 @pytest.fixture(scope="module")
