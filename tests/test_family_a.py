@@ -13,6 +13,7 @@ from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.metrics import payload_bytes
 from fedapp.state import MemoryStateStore
+from strategies.base import ClientUpdate
 from strategies.promptfl import PromptFLStrategy
 from strategies.sdfed import SDFedStrategy
 
@@ -109,3 +110,20 @@ def test_shots_per_class_limits_every_clients_training_set():
 def test_bad_local_prompt_lengths_are_refused():
     with pytest.raises(ConfigError):
         resolve_run_config({"method": "sdfed", "local-prompt-lengths": "four"})
+
+
+def test_clients_on_different_backbones_with_one_token_width_share_the_global_prompt():
+    config = setup("sdfed", **{"client-clip-models": "fedapp-tiny-clip,fedapp-tiny-clip-b"})
+    strategy = SDFedStrategy(config, 10)
+    global_prompt = strategy.initial_arrays()
+    updates = []
+    for pid in (0, 1):
+        sdfed = client(SDFedClient, config, pid, MemoryStateStore({}))
+        assert sdfed.clip_model_name == ("fedapp-tiny-clip", "fedapp-tiny-clip-b")[pid]
+        arrays, n, metrics = sdfed.fit(global_prompt, {"server-round": 1})
+        updates.append(ClientUpdate(str(pid), arrays, n, metrics, 0))
+    assert client(SDFedClient, config, 1, MemoryStateStore({})).clip.embed_dim == 48  # another backbone
+    merged = strategy.aggregate_updates(1, updates)
+    total = updates[0].num_examples + updates[1].num_examples
+    expected = sum(u.arrays[0] * u.num_examples for u in updates) / total
+    np.testing.assert_allclose(merged[0], expected, rtol=1e-5)

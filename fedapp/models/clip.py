@@ -54,7 +54,11 @@ TINY_VIT_B = "fedapp-tiny-vit-b"
 For exercising code whose shapes must match a real ViT-B-32 without weights.
 """
 
-TINY_MODELS: tuple[str, ...] = (TINY_CLIP, TINY_VIT_B)
+TINY_CLIP_B = "fedapp-tiny-clip-b"
+"""Another tiny backbone with TINY_CLIP's text token width (64) but a different image
+tower and embedding size: clients running the two can share one text prompt."""
+
+TINY_MODELS: tuple[str, ...] = (TINY_CLIP, TINY_CLIP_B, TINY_VIT_B)
 TINY_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "pure_fp16", "pure_bf16")
