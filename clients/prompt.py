@@ -54,20 +54,11 @@ class PromptClient(FedAppClient):
     def features(self, split: str) -> TensorData:
         """The split's frozen image features (encoded on first use in this process)."""
         images = self.data.splits[split]
-        key = (
-            self.clip.model_name,
-            self.clip.pretrained,
-            self.clip_key_precision,
-            self.config,
-            self.partition_id,
-            split,
-        )
+        # The run config fixes the data, backbone, weights and precision; the
+        # partition and split pick the images.
+        key = (self.config, self.partition_id, split)
         feats = FEATURES.get_or_encode(key, self.clip, images.images)
         return TensorData(x=feats.float(), y=torch.as_tensor(images.labels, dtype=torch.long))
-
-    @property
-    def clip_key_precision(self) -> str:
-        return str(self.config["precision"])
 
     def context(self, array: np.ndarray | None, length: int, salt: int = 0) -> PromptContext:
         seed = derived_seed(int(self.config["seed"]), self.partition_id, salt)

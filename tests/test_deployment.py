@@ -8,7 +8,6 @@ long-lived deployment would. Every process the module starts is stopped by PID
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,18 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fedapp.launch import stop_processes
+from fedapp.launch import free_port, stop_processes
 from fedapp.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_healthy(url: str, timeout: float = 60.0) -> None:
