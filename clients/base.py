@@ -49,6 +49,10 @@ class FedAppClient(NumPyClient):
     def partition_id(self) -> int:
         return self.data.partition_id
 
+    def get_properties(self, config: dict) -> dict[str, int]:
+        """Tells the server which partition this is (it keeps held-out ones from training)."""
+        return {"partition-id": self.partition_id}
+
     def round_seed(self, server_round: int) -> int:
         """Seed of this client's data order in ``server_round``."""
         return derived_seed(int(self.config["seed"]), server_round, self.partition_id)

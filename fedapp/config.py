@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from fedapp.errors import ConfigError
@@ -35,9 +36,16 @@ METHODS = (
     "coop-local",
     "promptfl",
     "sdfed",
+    "head-fedavg",
+    "local-vpt",
+    "fedvpt",
+    "fedvpt-d",
+    "pep-fedpt",
 )
 # Methods that adapt a frozen open_clip model (the zoo `model` key is unused there).
 CLIP_METHODS = ("coop-local", "promptfl", "sdfed")
+# Methods that prompt (or put a head on) a frozen open_clip ViT image tower, named by `clip-model`.
+VPT_METHODS = ("head-fedavg", "local-vpt", "fedvpt", "fedvpt-d", "pep-fedpt")
 # Methods whose clients may run different architectures (nothing model-shaped is averaged).
 HETEROGENEOUS_METHODS = ("standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
 ADAPTER_KINDS = ("matrix", "direct")
@@ -144,6 +152,15 @@ SCHEMA: dict[str, Key] = {
     "sdfed-beta": Key(float, 1.0, "SDFed weight of divergence control L_sep", low=0.0),
     "projector-mode": Key(
         str, "rank", "SDFed projector: rank of G_s (ours) or the literal dim", choices=("rank", "dim")
+    ),
+    "class-prompt-layers": Key(str, "5,6,7", "PEP-FedPT layers (from 1) with class-specific prompts, e.g. 5,6,7"),
+    "class-prompt-length": Key(int, 4, "PEP-FedPT tokens per class-specific prompt", low=1),
+    "ccmp-temperature": Key(float, 0.1, "PEP-FedPT temperature tau of the prompt mixing", low=0.0, low_open=True),
+    "prototype-momentum": Key(
+        float, 0.5, "PEP-FedPT momentum beta of the server's class prototypes", low=0.0, high=1.0
+    ),
+    "held-out-fraction": Key(
+        float, 0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
     ),
     "results-dir": Key(str, "results", "where run folders are written"),
     "run-name": Key(str, "", "run folder name (default: method-dataset-partition-seed)"),
@@ -268,6 +285,67 @@ def client_clip_model_names(v: Mapping[str, Scalar]) -> tuple[str, ...]:
     return listed or (str(v["clip-model"]),)
 
 
+def parse_class_layers(text: str) -> tuple[int, ...]:
+    """``"5,6,7"`` → ``(5, 6, 7)``; a ConfigError names a bad entry."""
+    layers = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.isdigit():
+            raise ConfigError(f"config key 'class-prompt-layers' = {text!r}: {item!r} is not a layer number")
+        layers.append(int(item))
+    if not layers:
+        raise ConfigError(f"config key 'class-prompt-layers' = {text!r} names no layer")
+    return tuple(sorted(set(layers)))
+
+
+def held_out_partitions(v: Mapping[str, Scalar]) -> frozenset[int]:
+    """Partitions that never train: ``round(held-out-fraction * num-partitions)`` of
+    them, drawn from the seed alone so server and clients agree without talking."""
+    total = int(v["num-partitions"])
+    count = round(float(v["held-out-fraction"]) * total)
+    if count == 0:
+        return frozenset()
+    rng = np.random.default_rng([int(v["seed"]), 0x4E1D])
+    return frozenset(int(i) for i in rng.choice(total, size=count, replace=False))
+
+
+def _check_vision_tower(v: dict[str, Scalar]) -> None:
+    if v["method"] not in VPT_METHODS:
+        return
+    if str(v["client-clip-models"]).strip():
+        raise ConfigError(
+            f"config key 'client-clip-models' = {v['client-clip-models']!r}: method '{v['method']}' averages "
+            "prompts shaped by one backbone; set 'clip-model' only"
+        )
+    from fedapp.errors import ModelError  # noqa: PLC0415
+    from fedapp.models.vpt import vision_tower_shape  # noqa: PLC0415 - open_clip only when needed
+
+    try:
+        shape = vision_tower_shape(str(v["clip-model"]))
+    except ModelError as err:
+        raise ConfigError(f"config key 'clip-model' = {v['clip-model']!r}: {err}") from err
+    if v["method"] == "pep-fedpt":
+        layers = parse_class_layers(str(v["class-prompt-layers"]))
+        bad = [layer for layer in layers if not 2 <= layer <= shape.layers]
+        if bad:
+            raise ConfigError(
+                f"config key 'class-prompt-layers' = {v['class-prompt-layers']!r}: layers {bad} are outside "
+                f"2..{shape.layers} (the blocks of {v['clip-model']}; layer 1 has no image-dependent CLS to mix on)"
+            )
+
+
+def _check_held_out(v: dict[str, Scalar]) -> None:
+    held = len(held_out_partitions(v))
+    training = int(v["num-partitions"]) - held
+    if held and training < int(v["min-clients"]):
+        raise ConfigError(
+            f"config key 'held-out-fraction' = {v['held-out-fraction']} holds out {held} of "
+            f"{v['num-partitions']} clients, leaving {training} to train, fewer than min-clients = {v['min-clients']}"
+        )
+
+
 def _check_model(v: dict[str, Scalar]) -> None:
     from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps config import light
 
@@ -324,4 +402,6 @@ _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
     _check_model,
     _check_data_paths,
     _check_clients,
+    _check_held_out,
+    _check_vision_tower,
 )

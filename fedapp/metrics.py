@@ -83,6 +83,8 @@ def progress_line(record: RoundRecord, num_rounds: int) -> str:
     """The one readable server log line per round."""
     glob = "" if record.global_acc is None else f" | global {record.global_acc:.3f}"
     failed = f" ({record.clients_failed} failed)" if record.clients_failed else ""
+    held = record.extra.get("held_out_acc_mean")
+    glob += "" if held is None else f" | held-out {held:.3f}"
     return (
         f"round {record.round}/{num_rounds} | acc mean {record.acc_mean:.3f} worst {record.acc_worst:.3f}"
         f"{glob} | loss {record.train_loss:.3f} | fit {record.clients_fit}{failed} | "
@@ -120,6 +122,9 @@ class RunRecorder:
             "final_acc_worst": last.acc_worst,
             "final_acc_std": last.acc_std,
             "final_global_acc": last.global_acc,
+            # Clients that never trained, evaluated with the global state (None when there are none).
+            "final_held_out_acc_mean": last.extra.get("held_out_acc_mean"),
+            "final_held_out_acc_worst": last.extra.get("held_out_acc_worst"),
             "best_acc_mean": max(r.acc_mean for r in self.records),
             "total_mb": last.mb_cumulative,
             "total_seconds": sum(r.round_seconds for r in self.records),

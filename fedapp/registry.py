@@ -78,6 +78,31 @@ REGISTRY: dict[str, MethodSpec] = {
         "clients.prompt:SDFedClient",
         "shared global prompt + private variable-length local prompt, subspace refinement, divergence control",
     ),
+    "head-fedavg": MethodSpec(
+        "strategies.fedvpt:FedVPTStrategy",
+        "clients.vpt:HeadFedAvgClient",
+        "a linear head on a frozen ViT, averaged across clients",
+    ),
+    "local-vpt": MethodSpec(
+        "strategies.standalone:StandaloneStrategy",
+        "clients.vpt:LocalVPTClient",
+        "visual prompt tuning on each client alone (Jia et al., 2022)",
+    ),
+    "fedvpt": MethodSpec(
+        "strategies.fedvpt:FedVPTStrategy",
+        "clients.vpt:FedVPTClient",
+        "shallow visual prompts and head averaged across clients",
+    ),
+    "fedvpt-d": MethodSpec(
+        "strategies.fedvpt:FedVPTStrategy",
+        "clients.vpt:FedVPTClient",
+        "deep visual prompts (every layer) and head averaged across clients",
+    ),
+    "pep-fedpt": MethodSpec(
+        "strategies.pep_fedpt:PEPFedPTStrategy",
+        "clients.vpt:PEPFedPTClient",
+        "shared + class-specific visual prompts mixed per sample from global prototypes and class priors",
+    ),
 }
 assert set(REGISTRY) == set(METHODS), "fedapp.config.METHODS and REGISTRY must name the same methods"
 

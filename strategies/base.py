@@ -22,6 +22,7 @@ from flwr.common import (
     EvaluateRes,
     FitIns,
     FitRes,
+    GetPropertiesIns,
     Parameters,
     Scalar,
     ndarrays_to_parameters,
@@ -33,7 +34,7 @@ from flwr.server.strategy import Strategy
 from torch import nn
 
 from fedapp.aggregation import Arrays, update_problem
-from fedapp.config import RunConfig
+from fedapp.config import RunConfig, held_out_partitions
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
 from fedapp.models import build_model
 
@@ -95,6 +96,8 @@ class FedAppStrategy(Strategy):
         self._params_cumulative = 0
         self._flops_cumulative = 0
         self._global: Arrays = []
+        self._held_out = held_out_partitions(config.values)
+        self._partition_of: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(method={self.config['method']!r})"
@@ -131,7 +134,7 @@ class FedAppStrategy(Strategy):
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
         self._round_log[server_round] = _RoundLog()
-        clients = self._sample(server_round, client_manager, float(self.config["fraction-fit"]), salt=0)
+        clients = self._sample(server_round, client_manager, float(self.config["fraction-fit"]), salt=0, training=True)
         fit_ins = FitIns(parameters, self.fit_config(server_round))
         round_log = self._round_log[server_round]
         round_log.bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
@@ -169,7 +172,9 @@ class FedAppStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, EvaluateIns]]:
-        clients = self._sample(server_round, client_manager, float(self.config["fraction-evaluate"]), salt=1)
+        clients = self._sample(
+            server_round, client_manager, float(self.config["fraction-evaluate"]), salt=1, training=False
+        )
         ins = EvaluateIns(parameters, {"server-round": server_round})
         return [(client, ins) for client in clients]
 
@@ -179,8 +184,9 @@ class FedAppStrategy(Strategy):
         results: list[tuple[ClientProxy, EvaluateRes]],
         failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
     ) -> tuple[float | None, dict[str, Scalar]]:
-        accuracies = [float(res.metrics.get("accuracy", math.nan)) for _, res in results]
-        stats = AccuracyStats.of(accuracies)
+        held_out = [(p, r) for p, r in results if self._partition_of.get(p.cid) in self._held_out]
+        results = [(p, r) for p, r in results if self._partition_of.get(p.cid) not in self._held_out]
+        stats = AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in results])
         global_acc = None
         if self.has_global_model and results:
             # The pooled accuracy of the one global model over every client's test set.
@@ -189,6 +195,9 @@ class FedAppStrategy(Strategy):
                 total, 1
             )
         eval_extra = _mean_metrics([(dict(res.metrics), res.num_examples) for _, res in results], "eval")
+        if held_out:
+            held = AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in held_out])
+            eval_extra.update(held_out_acc_mean=held.mean, held_out_acc_worst=held.worst, held_out_clients=held.clients)
         self._record_round(server_round, stats, global_acc, failures, eval_extra)
         losses = [(res.loss, res.num_examples) for _, res in results if res.num_examples > 0]
         loss = sum(v * n for v, n in losses) / sum(n for _, n in losses) if losses else None
@@ -200,17 +209,40 @@ class FedAppStrategy(Strategy):
     # ----- shared machinery ----------------------------------------------------
 
     def _sample(
-        self, server_round: int, client_manager: ClientManager, fraction: float, salt: int
+        self, server_round: int, client_manager: ClientManager, fraction: float, salt: int, training: bool
     ) -> list[ClientProxy]:
-        """Pick clients as a function of (seed, round) only, over a sorted pool."""
+        """Pick clients as a function of (seed, round) only, over a sorted pool.
+
+        Held-out clients are never picked to train; they are evaluated only
+        when the method has a global state for them to use.
+        """
         min_clients = int(self.config["min-clients"])
         client_manager.wait_for(min_clients)
         pool = client_manager.all()
+        if self._held_out:
+            keep_held_out = not training and self.has_global_model
+            pool = {
+                cid: proxy
+                for cid, proxy in pool.items()
+                if (partition := self._partition(proxy, server_round)) is not None
+                and (keep_held_out or partition not in self._held_out)
+            }
         ids = sorted(pool)
         count = min(len(ids), max(min_clients, math.ceil(fraction * len(ids))))
         rng = np.random.default_rng([int(self.config["seed"]), server_round, salt])
         chosen = sorted(rng.choice(len(ids), size=count, replace=False)) if count < len(ids) else range(len(ids))
         return [pool[ids[i]] for i in chosen]
+
+    def _partition(self, proxy: ClientProxy, server_round: int) -> int | None:
+        """The client's partition id, asked once (None if it does not answer)."""
+        if proxy.cid not in self._partition_of:
+            try:
+                res = proxy.get_properties(GetPropertiesIns(config={}), timeout=None, group_id=server_round)
+                self._partition_of[proxy.cid] = int(res.properties["partition-id"])
+            except Exception as err:  # a client that cannot answer is left out this round, not fatal
+                log.warning("round %d: client %s did not report its partition (%r)", server_round, proxy.cid, err)
+                return None
+        return self._partition_of[proxy.cid]
 
     def _validated(
         self, server_round: int, results: list[tuple[ClientProxy, FitRes]], round_log: _RoundLog

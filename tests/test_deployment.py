@@ -102,6 +102,9 @@ def federation(tmp_path_factory):
         stop_processes([p.pid for p in started])
 
 
+VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
+
+
 @pytest.mark.parametrize(
     ("method", "extra"),
     [
@@ -109,14 +112,17 @@ def federation(tmp_path_factory):
         ("coop-local", "shots-per-class=8"),
         ("promptfl", "shots-per-class=8"),
         ("sdfed", 'shots-per-class=8 local-prompt-lengths="4,16"'),
+        ("head-fedavg", VIT),
+        ("local-vpt", VIT),
+        ("fedvpt", VIT),
+        ("fedvpt-d", VIT),
+        # One of the two SuperNodes is held out: it answers for its partition, never trains, and is evaluated.
+        ("pep-fedpt", f"{VIT} held-out-fraction=0.5 min-clients=1"),
     ],
 )
 def test_two_rounds_over_loopback(federation, method, extra):
     results = federation.root / "results"
-    run_config = (
-        f'method="{method}" num-rounds=2 num-partitions=2 min-clients=2 {extra} '
-        f'results-dir="{results}" run-name="{method}"'
-    )
+    run_config = f'method="{method}" num-rounds=2 num-partitions=2 {extra} results-dir="{results}" run-name="{method}"'
     done = subprocess.run(
         [str(BIN / "flwr"), "run", str(ROOT), "loopback", "--stream", "--run-config", run_config],
         env=federation.env,
@@ -131,6 +137,9 @@ def test_two_rounds_over_loopback(federation, method, extra):
         pytest.fail(f"no metrics written\n{done.stdout[-3000:]}\n{federation.logs_tail()}")
     rows = read_metrics(metrics)
     assert [r["round"] for r in rows] == [1, 2]
+    if method == "pep-fedpt":
+        assert all(r["clients_fit"] == 1 and r["clients_evaluated"] == 1 and r["held_out_clients"] == 1 for r in rows)
+        return
     assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows)
     if method == "fedavg":
         assert rows[-1]["acc_mean"] > 0.1  # better than chance on 10 classes after 2 rounds

@@ -91,3 +91,30 @@ def test_sdfed_runs_with_heterogeneous_local_prompt_lengths(tmp_path):
         assert row["clients_fit"] == 4 and row["clients_failed"] == 0
         assert row["params_round_total"] == 4 * 2 * 8 * 64  # the global prompt, up and down
     assert rows[-1]["fit_local_prompt_length"] > 0
+
+
+def test_pep_fedpt_with_held_out_clients_in_simulation(tmp_path):
+    run_dir = simulate(
+        tmp_path,
+        method="pep-fedpt",
+        **{"clip-model": "fedapp-tiny-vit", "held-out-fraction": 0.25, "min-clients": 2, "prompt-length": 2},
+    )
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    for row in rows:
+        # Three clients train and are evaluated; the fourth is only evaluated, as held out.
+        assert row["clients_fit"] == 3 and row["clients_failed"] == 0 and row["clients_evaluated"] == 3
+        assert row["held_out_clients"] == 1 and 0.0 <= row["held_out_acc_mean"] <= 1.0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_held_out_acc_mean"] == rows[-1]["held_out_acc_mean"]
+
+
+@pytest.mark.parametrize("method", ["head-fedavg", "local-vpt", "fedvpt", "fedvpt-d"])
+def test_visual_prompt_baselines_in_simulation(tmp_path, method):
+    run_dir = simulate(tmp_path, method=method, **{"clip-model": "fedapp-tiny-vit", "prompt-length": 2})
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert all(r["clients_fit"] == 4 and r["clients_failed"] == 0 for r in rows)
+    assert all(0.0 <= r["acc_mean"] <= 1.0 for r in rows)
+    if method == "local-vpt":
+        assert rows[-1]["params_round_total"] == 0
+    else:
+        assert rows[-1]["params_round_total"] > 0

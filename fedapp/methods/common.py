@@ -45,9 +45,18 @@ def per_class_means(
 
 
 def merge_per_class(
-    uploads: Sequence[tuple[np.ndarray, np.ndarray]], previous: np.ndarray | None = None
+    uploads: Sequence[tuple[np.ndarray, np.ndarray]],
+    previous: np.ndarray | None = None,
+    *,
+    momentum: float = 0.0,
+    previous_present: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Count-weighted per-class average of client means; absent classes keep ``previous``.
+
+    With ``momentum`` m, a class held both now and before becomes
+    ``m * previous + (1 - m) * pooled``; a class seen for the first time takes
+    the pooled mean. ``previous_present`` says which rows of ``previous`` hold
+    a value (default: its non-zero rows).
 
     Returns the merged ``(classes, dim)`` means and a 0/1 presence mask.
     """
@@ -59,8 +68,10 @@ def merge_per_class(
     present = counts > 0
     merged = np.where(present[:, None], total / np.maximum(counts, 1)[:, None], 0.0)
     if previous is not None:
-        merged = np.where(present[:, None], merged, previous)
-        present = present | np.any(previous != 0, axis=1)
+        held = np.any(previous != 0, axis=1) if previous_present is None else np.asarray(previous_present) > 0
+        smoothed = momentum * previous.astype(np.float64) + (1.0 - momentum) * merged
+        merged = np.where(present[:, None], np.where(held[:, None], smoothed, merged), previous)
+        present = present | held
     return merged.astype(np.float32), present.astype(np.float32)
 
 

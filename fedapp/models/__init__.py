@@ -16,6 +16,7 @@ from fedapp.errors import ModelError
 from fedapp.models.clip import (
     TINY_CLIP,
     TINY_MODELS,
+    TINY_VIT,
     TINY_VIT_B,
     LoadedClip,
     clear_clip_cache,
@@ -36,6 +37,7 @@ __all__ = [
     "MODEL_NAMES",
     "TINY_CLIP",
     "TINY_MODELS",
+    "TINY_VIT",
     "TINY_VIT_B",
     "ZOO",
     "CNNConfig",

@@ -38,6 +38,7 @@ __all__ = [
     "TINY_CLIP",
     "TINY_CONFIG_DIR",
     "TINY_MODELS",
+    "TINY_VIT",
     "TINY_VIT_B",
     "LoadedClip",
     "clear_clip_cache",
@@ -58,7 +59,11 @@ TINY_CLIP_B = "fedapp-tiny-clip-b"
 """Another tiny backbone with TINY_CLIP's text token width (64) but a different image
 tower and embedding size: clients running the two can share one text prompt."""
 
-TINY_MODELS: tuple[str, ...] = (TINY_CLIP, TINY_CLIP_B, TINY_VIT_B)
+TINY_VIT = "fedapp-tiny-vit"
+"""An 8-block ViT for 32x32 images (patch 8, width 128): deep enough for PEP-FedPT's
+class layers 5-7 and small enough to prompt-tune on CPU."""
+
+TINY_MODELS: tuple[str, ...] = (TINY_CLIP, TINY_CLIP_B, TINY_VIT_B, TINY_VIT)
 TINY_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "pure_fp16", "pure_bf16")

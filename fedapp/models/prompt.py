@@ -14,7 +14,7 @@ Nothing here imports Flower.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -425,11 +425,13 @@ def _check_images(images_uint8: np.ndarray) -> np.ndarray:
     return array
 
 
-def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip) -> Tensor:
+def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip, *, resize: bool = True) -> Tensor:
     """Turn ``uint8`` images into the model's normalised input.
 
     Images are resized (bilinear, no crop) to the model's image size and
-    normalised with its preprocess mean/std (OpenAI's by default).
+    normalised with its preprocess mean/std (OpenAI's by default). With
+    ``resize=False`` they keep their size (a model that resizes per batch
+    then holds small tensors; resizing and this per-channel normalisation commute).
 
     Parameters
     ----------
@@ -451,7 +453,7 @@ def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip) -> Tensor:
     array = _check_images(images_uint8)
     x = torch.from_numpy(np.ascontiguousarray(array)).permute(0, 3, 1, 2).float().div_(255.0)
     size = _image_size(clip)
-    if tuple(x.shape[-2:]) != size and x.shape[0] > 0:
+    if resize and tuple(x.shape[-2:]) != size and x.shape[0] > 0:
         # Antialias when shrinking, as PIL does in open_clip's own transform.
         shrink = size[0] < x.shape[-2] or size[1] < x.shape[-1]
         x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink)
@@ -527,6 +529,7 @@ class ImageFeatureCache:
         *,
         batch_size: int = 256,
         device: str | torch.device | None = None,
+        encode: Callable[[np.ndarray], Tensor] | None = None,
     ) -> Tensor:
         """Return the features cached under ``key``, encoding them on first use.
 
@@ -543,14 +546,20 @@ class ImageFeatureCache:
             Passed to :func:`encode_images`.
         device : str or torch.device, optional
             Passed to :func:`encode_images`.
+        encode : callable, optional
+            Replaces :func:`encode_images` (e.g. pre-projection ViT features):
+            maps the images to their features.
 
         Returns
         -------
         Tensor
-            ``(N, embed_dim)`` normalised features; shared, do not modify in place.
+            ``(N, embed_dim)`` normalised features (or ``encode``'s); shared, do not modify in place.
         """
         if key not in self._store:
-            self._store[key] = encode_images(clip, images_uint8, batch_size=batch_size, device=device)
+            if encode is not None:
+                self._store[key] = encode(images_uint8)
+            else:
+                self._store[key] = encode_images(clip, images_uint8, batch_size=batch_size, device=device)
             self.encode_count += 1
         return self._store[key]
 

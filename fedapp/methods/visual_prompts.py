@@ -1,0 +1,43 @@
+"""Which prompts each visual-prompt method trains, as one table.
+
+============  =========================  ========================
+method        shared slot written at     class-specific prompts
+============  =========================  ========================
+head-fedavg   nowhere (head only)        none
+local-vpt     layer 1 (shallow)          none
+fedvpt        layer 1 (shallow)          none
+fedvpt-d      every layer (deep)         none
+pep-fedpt     layer 1 (P_S)              ``class-prompt-layers``
+============  =========================  ========================
+"""
+
+from __future__ import annotations
+
+from fedapp.config import RunConfig, parse_class_layers
+from fedapp.models.vpt import VisionTowerShape, VisualPrompts, vision_tower_shape
+
+
+def prompt_layers(method: str, shape: VisionTowerShape) -> tuple[int, ...]:
+    """Layers (from 1) that write the shared prompt slot for ``method``."""
+    if method == "head-fedavg":
+        return ()
+    if method == "fedvpt-d":
+        return tuple(range(1, shape.layers + 1))
+    return (1,)
+
+
+def build_visual_prompts(config: RunConfig, num_classes: int) -> VisualPrompts:
+    """The trainable prompts and head of ``config``'s method, initialised from its seed
+    (server and clients build identical ones without loading the backbone)."""
+    method = str(config["method"])
+    shape = vision_tower_shape(str(config["clip-model"]))
+    class_layers = parse_class_layers(str(config["class-prompt-layers"])) if method == "pep-fedpt" else ()
+    return VisualPrompts(
+        shape,
+        num_classes,
+        prompt_layers=prompt_layers(method, shape),
+        prompt_length=int(config["prompt-length"]),
+        class_layers=class_layers,
+        class_length=int(config["class-prompt-length"]) if class_layers else 0,
+        seed=int(config["seed"]),
+    )

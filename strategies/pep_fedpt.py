@@ -1,0 +1,48 @@
+"""PEP-FedPT server: FedAvg of the shared prompts, class prompts and head, plus
+momentum-smoothed global class prototypes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedapp.aggregation import Arrays, weighted_average
+from fedapp.methods.common import merge_per_class
+from fedapp.methods.visual_prompts import build_visual_prompts
+from fedapp.params import get_arrays
+from strategies.base import ClientUpdate, FedAppStrategy
+
+
+class PEPFedPTStrategy(FedAppStrategy):
+    """Sends ``[*learner arrays, prototypes (classes, layers*width), present (classes,)]``;
+    receives ``[*learner arrays, per-class CLS means (same shape), class counts (classes,)]``.
+
+    The learner arrays (P_S, P_C, head) are averaged by examples; the prototypes
+    move as ``mu <- beta * mu + (1 - beta) * pooled`` for classes some client held
+    this round, and absent classes keep theirs.
+    """
+
+    has_global_model = True
+
+    def initial_arrays(self) -> Arrays:
+        learner = build_visual_prompts(self.config, self.num_classes)
+        self._learner_arrays = len(get_arrays(learner))
+        prototype_width = len(learner.class_layers) * learner.shape.width
+        return [
+            *get_arrays(learner),
+            np.zeros((self.num_classes, prototype_width), np.float32),
+            np.zeros(self.num_classes, np.float32),
+        ]
+
+    def expected_update(self) -> Arrays:
+        return [*self._global[:-1], np.zeros(self.num_classes, np.int64)]
+
+    def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
+        k = self._learner_arrays
+        learner = weighted_average([(u.arrays[:k], u.num_examples) for u in updates])
+        prototypes, present = merge_per_class(
+            [(u.arrays[k], u.arrays[k + 1]) for u in updates],
+            self._global[k],
+            momentum=float(self.config["prototype-momentum"]),
+            previous_present=self._global[k + 1],
+        )
+        return [*learner, prototypes, present]
