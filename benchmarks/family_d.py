@@ -7,7 +7,7 @@ with the global prompts, prototypes and their own label counts), rounds to the
 target accuracy, and parameters communicated::
 
     python benchmarks/family_d.py --data ../shared/datasets/cifar10-train.tar.gz \
-        --partitions pathological,dirichlet --rounds 20
+        --partitions pathological,dirichlet --rounds 15
 
 The default backbone is the random-init ``fedapp-tiny-vit`` (8 blocks, 32x32
 input), so the figures show the methods' mechanics on CPU, not a pretrained
@@ -36,15 +36,15 @@ def main() -> None:
     parser.add_argument("--partitions", default="pathological,dirichlet")
     parser.add_argument("--classes-per-client", type=int, default=2)
     parser.add_argument("--alpha", type=float, default=0.3)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--shots", type=int, default=50, help="training samples per class per client (0 = all)")
     parser.add_argument("--clip-model", default="fedapp-tiny-vit")
     parser.add_argument("--pretrained", default="")
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--local-epochs", type=int, default=2)
-    parser.add_argument("--target", type=float, default=0.8, help="accuracy for rounds-to-target")
+    parser.add_argument("--local-epochs", type=int, default=1)
+    parser.add_argument("--target", type=float, default=0.5, help="accuracy for rounds-to-target")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--results-dir", default="results/benchmarks/family-d")
     args = parser.parse_args()
