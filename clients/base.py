@@ -80,9 +80,9 @@ class FedAppClient(NumPyClient):
         """FLOPs of one plain training step of a zoo model on one sample."""
         return train_step_flops(trained=self.model_forward_flops(name))
 
-    def epoch_samples(self) -> int:
+    def epoch_samples(self, epochs: int | None = None) -> int:
         """Samples one round of local training visits (for FLOP counts)."""
-        return len(self.data.train) * int(self.config["local-epochs"])
+        return len(self.data.train) * (int(self.config["local-epochs"]) if epochs is None else epochs)
 
     def train_model(
         self,
@@ -91,14 +91,15 @@ class FedAppClient(NumPyClient):
         loss_fn: LossFn = cross_entropy_loss,
         params=None,
         data: TensorData | None = None,
+        epochs: int | None = None,
     ) -> TrainResult:
-        """Local training with the configured epochs, batch size and optimiser
-        (on the client's training images unless ``data`` says otherwise)."""
+        """Local training with the configured epochs (unless ``epochs`` says otherwise),
+        batch size and optimiser, on the client's training images unless ``data`` says otherwise."""
         cfg = self.config
         return train(
             model,
             self.data.train if data is None else data,
-            epochs=int(cfg["local-epochs"]),
+            epochs=int(cfg["local-epochs"]) if epochs is None else epochs,
             batch_size=int(cfg["batch-size"]),
             lr=float(cfg["lr"]),
             momentum=float(cfg["momentum"]),
@@ -133,12 +134,14 @@ class FedAppClient(NumPyClient):
         meta = self.store.load(f"{name}.meta")
         return 0 if meta is None else int(meta["rounds"][0])
 
-    def fit_metrics(self, result: TrainResult, sample_flops: int = 0) -> dict[str, float | int]:
+    def fit_metrics(
+        self, result: TrainResult, sample_flops: int = 0, epochs: int | None = None
+    ) -> dict[str, float | int]:
         """Loss, identity and the round's training FLOPs (``sample_flops`` per sample-epoch)."""
         return {
             "train_loss": result.loss,
             "partition_id": self.partition_id,
-            "train_flops": sample_flops * self.epoch_samples(),
+            "train_flops": sample_flops * self.epoch_samples(epochs),
         }
 
     @staticmethod

@@ -21,16 +21,26 @@ class PerClassClient(FedAppClient):
     def statistic(model, x):
         raise NotImplementedError
 
+    def round_loss(self, global_stats: Arrays) -> LossFn:
+        """This round's loss (the method's, unless a subclass warms up first)."""
+        return self.loss(global_stats)
+
+    def round_epochs(self) -> int | None:
+        """This round's local epochs (None: ``local-epochs``)."""
+        return None
+
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
         model = self.load_personal_model()
-        result = self.train_model(model, int(config["server-round"]), self.loss(parameters))
+        epochs = self.round_epochs()
+        loss = self.round_loss(parameters)
+        result = self.train_model(model, int(config["server-round"]), loss, epochs=epochs)
         self.save_personal_model(model)
         means, counts = per_class_means(
             model, self.statistic, self.data.train, self.data.num_classes, device=self.device
         )
         # Training plus one forward pass over the data for the statistics.
         step = self.model_step_flops() + train_step_flops(frozen_off_path=self.model_forward_flops())
-        return [means, counts], result.num_examples, self.fit_metrics(result, step)
+        return [means, counts], result.num_examples, self.fit_metrics(result, step, epochs)
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
         result = self.test_model(self.load_personal_model())

@@ -41,14 +41,35 @@ METHODS = (
     "fedvpt",
     "fedvpt-d",
     "pep-fedpt",
+    "fedd2p",
+    "fedd2p-agg",
+    "fedd2p-gt",
 )
 # Methods that adapt a frozen open_clip model (the zoo `model` key is unused there).
 CLIP_METHODS = ("coop-local", "promptfl", "sdfed")
 # Methods that prompt (or put a head on) a frozen open_clip ViT image tower, named by `clip-model`.
 VPT_METHODS = ("head-fedavg", "local-vpt", "fedvpt", "fedvpt-d", "pep-fedpt")
 # Methods whose clients may run different architectures (nothing model-shaped is averaged).
-HETEROGENEOUS_METHODS = ("standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
+HETEROGENEOUS_METHODS = (
+    "standalone",
+    "pfedlora",
+    "lg-fedavg",
+    "fedproto",
+    "fd",
+    "fml",
+    "fedkd",
+    "fedd2p",
+    "fedd2p-agg",
+    "fedd2p-gt",
+)
 ADAPTER_KINDS = ("matrix", "direct")
+# FedD2P's class-description templates (the paper's four), by name.
+D2P_TEMPLATES = {
+    "photo": "a photo of a {c}",
+    "digit": "a photo of digit {c}",
+    "texture": "{c} texture",
+    "satellite": "a centered satellite photo of {c}",
+}
 DATASETS = ("digits", "imagefolder", "cifar10", "cifar100", "hf")
 PARTITIONS = ("iid", "dirichlet", "pathological", "shard")
 STATE_BACKENDS = ("memory", "disk")
@@ -159,6 +180,14 @@ SCHEMA: dict[str, Key] = {
     "prototype-momentum": Key(
         float, 0.5, "PEP-FedPT momentum beta of the server's class prototypes", low=0.0, high=1.0
     ),
+    "warmup-epochs": Key(int, 0, "FedD2P S0: CE-only local epochs of a client's first round (0 = local-epochs)", low=0),
+    "d2p-tau1": Key(float, 10.0, "FedD2P temperature of the clients' soft labels", low=0.0, low_open=True),
+    "d2p-tau2": Key(float, 0.1, "FedD2P temperature of the server's class distributions", low=0.0, low_open=True),
+    "d2p-steps": Key(int, 100, "FedD2P generator training steps per round", low=1),
+    "d2p-lr": Key(float, 0.001, "FedD2P generator learning rate (Adam)", low=0.0, low_open=True),
+    "d2p-prompt-tokens": Key(int, 4, "FedD2P visual prompt tokens per class", low=1),
+    "d2p-template": Key(str, "", "FedD2P class description: photo, digit, texture, satellite or text with {c}"),
+    "d2p-generator": Key(str, "attention", "FedD2P prompt generator", choices=("attention", "mlp")),
     "held-out-fraction": Key(
         float, 0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
     ),
@@ -312,12 +341,20 @@ def held_out_partitions(v: Mapping[str, Scalar]) -> frozenset[int]:
 
 
 def _check_vision_tower(v: dict[str, Scalar]) -> None:
+    if v["method"] in ("fedd2p", "fedd2p-gt"):
+        template = str(v["d2p-template"])
+        if template and template not in D2P_TEMPLATES and "{c}" not in template:
+            raise ConfigError(
+                f"config key 'd2p-template' = {template!r} is neither one of {', '.join(D2P_TEMPLATES)} "
+                "nor a template containing {c}"
+            )
+        return  # its backbone is the server's alone: checked there, so edge clients never import open_clip
     if v["method"] not in VPT_METHODS:
         return
     if str(v["client-clip-models"]).strip():
         raise ConfigError(
             f"config key 'client-clip-models' = {v['client-clip-models']!r}: method '{v['method']}' averages "
-            "prompts shaped by one backbone; set 'clip-model' only"
+            "runs one backbone; set 'clip-model' only"
         )
     from fedapp.errors import ModelError  # noqa: PLC0415
     from fedapp.models.vpt import vision_tower_shape  # noqa: PLC0415 - open_clip only when needed

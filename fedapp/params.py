@@ -25,6 +25,8 @@ def set_arrays(module: nn.Module, arrays: list[np.ndarray]) -> None:
         raise PayloadError(f"expected {len(state)} arrays for {type(module).__name__}, got {len(arrays)}")
     new_state = {}
     for (name, current), array in zip(state.items(), arrays, strict=True):
+        if current.ndim == 0 and array.size == 1:
+            array = np.asarray(array).reshape(())  # stores that keep arrays as 1-d return scalars as (1,)
         if tuple(array.shape) != tuple(current.shape):
             raise PayloadError(f"array for '{name}' has shape {tuple(array.shape)}, expected {tuple(current.shape)}")
         new_state[name] = torch.as_tensor(array, dtype=current.dtype)

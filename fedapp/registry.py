@@ -103,6 +103,21 @@ REGISTRY: dict[str, MethodSpec] = {
         "clients.vpt:PEPFedPTClient",
         "shared + class-specific visual prompts mixed per sample from global prototypes and class priors",
     ),
+    "fedd2p": MethodSpec(
+        "strategies.fedd2p:FedD2PStrategy",
+        "clients.fedd2p:FedD2PClient",
+        "CNN clients' per-class soft labels distilled into a server-held CLIP's prompt generator, and back",
+    ),
+    "fedd2p-agg": MethodSpec(
+        "strategies.fedd2p:FedD2PStrategy",
+        "clients.fedd2p:FedD2PClient",
+        "FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
+    ),
+    "fedd2p-gt": MethodSpec(
+        "strategies.fedd2p:FedD2PStrategy",
+        "clients.fedd2p:FedD2PClient",
+        "FedD2P baseline B3: the generator learns from ground truth only, no distillation",
+    ),
 }
 assert set(REGISTRY) == set(METHODS), "fedapp.config.METHODS and REGISTRY must name the same methods"
 

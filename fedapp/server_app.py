@@ -30,7 +30,7 @@ def build_strategy(config: RunConfig, *, record: bool = True):
             config["results-dir"], config.run_name, config.as_dict(), float(config["target-accuracy"])
         )
         log.info("results go to %s", recorder.directory)
-    return strategy_class(str(config["method"]))(config, source.num_classes, recorder)
+    return strategy_class(str(config["method"]))(config, source.num_classes, recorder, source.class_names)
 
 
 def make_server_fn(overrides: Mapping[str, Any] | None = None):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,15 +81,27 @@ class FedAppStrategy(Strategy):
     recorder
         Where per-round metrics go; None keeps them in memory only
         (:attr:`history`), e.g. inside someone else's ServerApp.
+    class_names
+        The task's class names, for methods whose server reads them (FedD2P's
+        class descriptions); default ``"0"``, ``"1"``, ...
     """
 
     #: Whether the method keeps one global model whose accuracy is meaningful.
     has_global_model: bool = True
 
-    def __init__(self, config: RunConfig, num_classes: int, recorder: RunRecorder | None = None) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        num_classes: int,
+        recorder: RunRecorder | None = None,
+        class_names: Sequence[str] | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.num_classes = num_classes
+        self.class_names = tuple(class_names) if class_names is not None else tuple(map(str, range(num_classes)))
+        if len(self.class_names) != num_classes:
+            raise ValueError(f"{len(self.class_names)} class names for {num_classes} classes")
         self.recorder = recorder
         self.history: list[RoundRecord] = []
         self._round_log: dict[int, _RoundLog] = {}
@@ -119,6 +132,10 @@ class FedAppStrategy(Strategy):
     def fit_config(self, server_round: int) -> dict[str, Scalar]:
         """Per-round instructions sent with the global arrays."""
         return {"server-round": server_round}
+
+    def add_round_metric(self, server_round: int, name: str, value: float) -> None:
+        """Log a server-side figure of this round (e.g. a loss) in its metrics line."""
+        self._round_log.setdefault(server_round, _RoundLog()).extra[name] = value
 
     def expected_update(self) -> Arrays | None:
         """Arrays a client's upload must match in shape and dtype (None: no check)."""

@@ -103,6 +103,7 @@ def federation(tmp_path_factory):
 
 
 VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
+D2P = 'client-models="vgg-2,vgg-3" d2p-steps=5'
 
 
 @pytest.mark.parametrize(
@@ -118,6 +119,9 @@ VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
         ("fedvpt-d", VIT),
         # One of the two SuperNodes is held out: it answers for its partition, never trains, and is evaluated.
         ("pep-fedpt", f"{VIT} held-out-fraction=0.5 min-clients=1"),
+        ("fedd2p", D2P),
+        ("fedd2p-agg", D2P),
+        ("fedd2p-gt", D2P),
     ],
 )
 def test_two_rounds_over_loopback(federation, method, extra):

@@ -118,3 +118,17 @@ def test_visual_prompt_baselines_in_simulation(tmp_path, method):
         assert rows[-1]["params_round_total"] == 0
     else:
         assert rows[-1]["params_round_total"] > 0
+
+
+@pytest.mark.parametrize("method", ["fedd2p", "fedd2p-agg", "fedd2p-gt"])
+def test_fedd2p_and_baselines_exchange_only_per_class_knowledge(tmp_path, method):
+    run_dir = simulate(
+        tmp_path, method=method, **{"client-models": "vgg-2,vgg-3,vgg-4", "d2p-steps": 5, "shots-per-class": 10}
+    )
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    per_class = 10 * 10 + 10  # knowledge (classes x classes) and a class mask or counts
+    for row in rows:
+        assert row["clients_fit"] == 4 and row["clients_failed"] == 0
+        assert row["params_round_total"] == 4 * 2 * per_class
+        assert row["bytes_down_per_client"] < 4 * per_class + 300  # float32 arrays plus .npy headers
+        assert (row.get("generator_loss") is None) == (method == "fedd2p-agg")

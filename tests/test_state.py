@@ -54,3 +54,14 @@ def test_disk_store_refuses_a_corrupt_file(tmp_path):
     store.path("model").write_bytes(b"not an npz")
     with pytest.raises(StateError, match="unreadable"):
         store.load("model")
+
+
+def test_a_scalar_buffer_stored_as_a_one_element_array_loads_back():
+    # Flower's ArrayRecord hands 0-d tensors (BatchNorm's num_batches_tracked) back as shape (1,).
+    from fedapp.models import build_model  # noqa: PLC0415
+    from fedapp.params import named_arrays_to_state, state_to_named_arrays  # noqa: PLC0415
+
+    model = build_model("vgg-2", 10)
+    stored = {k: (v.reshape(1) if v.ndim == 0 else v) for k, v in state_to_named_arrays(model).items()}
+    assert any(k.endswith("num_batches_tracked") for k in stored)
+    named_arrays_to_state(build_model("vgg-2", 10), stored)

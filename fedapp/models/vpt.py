@@ -35,6 +35,7 @@ __all__ = [
     "PromptedViT",
     "VisionTowerShape",
     "VisualPrompts",
+    "encode_prompt_tokens",
     "vision_tower_shape",
     "vit_forward_flops",
 ]
@@ -283,3 +284,28 @@ def _write_slot(x: Tensor, slots: dict[str, int], name: str, prompt: Tensor) -> 
         offset += length
     slots[name] = prompt.shape[1]
     return torch.cat([x[:, :offset], prompt, x[:, offset:]], dim=1)
+
+
+def encode_prompt_tokens(visual: nn.Module, tokens: Tensor) -> Tensor:
+    """Encode prompt tokens alone with a frozen ViT: ``F_image([CLS][tokens])``.
+
+    Parameters
+    ----------
+    visual
+        An open_clip ``VisionTransformer`` (pooled on its CLS token).
+    tokens
+        ``(batch, p, width)`` prompt tokens; they carry no positional embedding.
+
+    Returns
+    -------
+    Tensor
+        ``(batch, embed_dim)``: the CLS output projected into the joint space.
+    """
+    dtype = visual.conv1.weight.dtype
+    cls = (visual.class_embedding + visual.positional_embedding[0]).to(dtype).expand(tokens.shape[0], 1, -1)
+    x = visual.ln_pre(torch.cat([cls, tokens.to(dtype)], dim=1))
+    transformer = visual.transformer
+    for block in transformer.resblocks:
+        x = block(x) if transformer.batch_first else block(x.transpose(0, 1)).transpose(0, 1)
+    pooled = visual.ln_post(x[:, 0])
+    return (pooled @ visual.proj if visual.proj is not None else pooled).float()

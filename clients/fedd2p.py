@@ -1,0 +1,36 @@
+"""FedD2P edge client: a small VGG-block CNN that never sees the foundation model.
+
+It trains its own model (S0: cross-entropy only in its first round; then
+cross-entropy plus KL to the server's knowledge of each sample's class) and
+uploads per-class soft labels at temperature tau1 with class counts. Nothing
+here imports open_clip.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from clients.per_class import PerClassClient
+from fedapp.aggregation import Arrays
+from fedapp.methods.fedd2p import knowledge_loss, soft_labels
+from fedapp.training import LossFn, cross_entropy_loss
+
+
+class FedD2PClient(PerClassClient):
+    """FedD2P and its baselines B2/B3 (they differ only on the server)."""
+
+    def statistic(self, model: nn.Module, x: Tensor) -> Tensor:
+        return soft_labels(model, x, float(self.config["d2p-tau1"]))
+
+    def loss(self, global_stats: Arrays) -> LossFn:
+        return knowledge_loss(
+            global_stats[0], global_stats[1], float(self.config["kd-weight"]), float(self.config["kd-temperature"])
+        )
+
+    def round_epochs(self) -> int | None:
+        warmup = int(self.config["warmup-epochs"])
+        return warmup if warmup and self.personal_rounds() == 0 else None
+
+    def round_loss(self, global_stats: Arrays) -> LossFn:
+        # S0: the client's first round trains on its labels alone; later rounds distil.
+        return cross_entropy_loss if self.personal_rounds() == 0 else self.loss(global_stats)

@@ -1,0 +1,80 @@
+"""FedD2P server: the foundation model lives here, and only here.
+
+Clients upload per-class soft labels and counts; the server pools them by
+count into ``a``, trains the linguistic-assistance prompt generator against
+``a`` through the frozen CLIP, and sends the generator's per-class
+distributions ``g`` back. The two baselines differ only in what goes back:
+``fedd2p-agg`` (B2) returns ``a`` itself, no FM; ``fedd2p-gt`` (B3) trains the
+generator on ground truth alone (no distillation from ``a``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from fedapp.aggregation import Arrays
+from fedapp.errors import ConfigError, ModelError
+from fedapp.methods.fedd2p import ServerKnowledgeModel, class_descriptions, global_knowledge, train_generator
+from fedapp.models import load_open_clip
+from fedapp.models.vpt import vision_tower_shape
+from fedapp.training import select_device
+from strategies.base import ClientUpdate
+from strategies.per_class import PerClassStrategy
+
+log = logging.getLogger("flwr.fedapp")
+
+
+class FedD2PStrategy(PerClassStrategy):
+    """Sends ``[knowledge (classes, classes), present (classes,)]``; receives
+    ``[per-class soft labels (classes, classes), class counts (classes,)]``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.config["method"] != "fedd2p-agg":
+            # Fail before round 1 on a backbone the generator cannot prompt.
+            try:
+                vision_tower_shape(str(self.config["clip-model"]))
+            except ModelError as err:
+                raise ConfigError(f"config key 'clip-model' = {self.config['clip-model']!r}: {err}") from err
+
+    def statistic_dim(self) -> int:
+        return self.num_classes
+
+    @functools.cached_property
+    def knowledge_model(self) -> ServerKnowledgeModel:
+        """The frozen CLIP with the generator (built on first use; FedD2P-agg never builds it)."""
+        cfg = self.config
+        device = select_device(str(cfg["device"]))
+        clip = load_open_clip(str(cfg["clip-model"]), str(cfg["pretrained"]), device=str(device))
+        descriptions = class_descriptions(self.class_names, str(cfg["d2p-template"]), str(cfg["dataset"]))
+        log.info(
+            "FedD2P class descriptions: %s", "; ".join(descriptions[:3]) + ("; ..." if len(descriptions) > 3 else "")
+        )
+        model = ServerKnowledgeModel(
+            clip,
+            descriptions,
+            prompt_tokens=int(cfg["d2p-prompt-tokens"]),
+            kind=str(cfg["d2p-generator"]),
+            seed=int(cfg["seed"]),
+        )
+        return model.to(device)
+
+    def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
+        pooled, present = super().aggregate_updates(server_round, updates)
+        method = str(self.config["method"])
+        if method == "fedd2p-agg":
+            return [pooled, present]
+        cfg = self.config
+        loss = train_generator(
+            self.knowledge_model,
+            pooled,
+            present,
+            steps=int(cfg["d2p-steps"]),
+            lr=float(cfg["d2p-lr"]),
+            temperature=float(cfg["d2p-tau2"]),
+            distil=method == "fedd2p",
+        )
+        self.add_round_metric(server_round, "generator_loss", loss)
+        knowledge = global_knowledge(self.knowledge_model, float(cfg["d2p-tau2"]))
+        return [knowledge, present]
