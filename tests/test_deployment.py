@@ -103,7 +103,7 @@ def federation(tmp_path_factory):
 
 
 VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
-D2P = 'client-models="vgg-2,vgg-3" d2p-steps=5'
+D2P = 'client-models="vgg-2,vgg-3" d2p-steps=5 shots-per-class=8'
 
 
 @pytest.mark.parametrize(
