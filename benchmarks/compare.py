@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import dataclass
@@ -66,3 +67,37 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def add_common_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    methods: tuple[str, ...],
+    results_dir: str,
+    rounds: int,
+    lr: float,
+    batch_size: int,
+    local_epochs: int = 1,
+) -> None:
+    """The options every comparison script takes: data, schedule, optimiser, output."""
+    parser.add_argument("--data", help="ImageFolder folder or .tar.gz (default: scikit-learn digits)")
+    parser.add_argument("--test-data", help="optional external test split (ImageFolder)")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--local-epochs", type=int, default=local_epochs)
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--lr", type=float, default=lr)
+    parser.add_argument("--methods", default=",".join(methods))
+    parser.add_argument("--results-dir", default=results_dir)
+
+
+def common_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Run-config keys from :func:`add_common_arguments` (SGD with momentum 0.9)."""
+    return {
+        "num-rounds": args.rounds,
+        "local-epochs": args.local_epochs,
+        "batch-size": args.batch_size,
+        "lr": args.lr,
+        "momentum": 0.9,
+        "results-dir": str(Path(args.results_dir).resolve()),
+        **data_overrides(args.data, args.test_data),
+    }

@@ -18,28 +18,24 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import data_overrides, markdown_table, run_method
+from compare import add_common_arguments, common_overrides, markdown_table, run_method
 
 METHODS = ("coop-local", "promptfl", "sdfed")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="ImageFolder folder or .tar.gz (default: scikit-learn digits)")
-    parser.add_argument("--test-data", help="optional external test split (ImageFolder)")
+    add_common_arguments(
+        parser, methods=METHODS, results_dir="results/benchmarks/family-a", rounds=10, lr=0.01, batch_size=16
+    )
     parser.add_argument("--clients", default="10,100", help="comma list of client counts")
     parser.add_argument("--partitions", default="pathological,dirichlet")
     parser.add_argument("--classes-per-client", type=int, default=2)
     parser.add_argument("--alpha", type=float, default=0.3)
     parser.add_argument("--fraction", type=float, default=None, help="default: 1.0 for 10 clients, 0.1 for more")
-    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--shots", type=int, default=16, help="training samples per class per client")
     parser.add_argument("--clip-model", default="fedapp-tiny-clip")
     parser.add_argument("--pretrained", default="")
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--results-dir", default="results/benchmarks/family-a")
     args = parser.parse_args()
 
     runs = []
@@ -47,7 +43,7 @@ def main() -> None:
         fraction = args.fraction if args.fraction is not None else (1.0 if clients <= 10 else 0.1)
         for partition in args.partitions.split(","):
             common = {
-                "num-rounds": args.rounds,
+                **common_overrides(args),
                 "fraction-fit": fraction,
                 "min-clients": 2,
                 "partition": partition,
@@ -56,11 +52,6 @@ def main() -> None:
                 "shots-per-class": args.shots,
                 "clip-model": args.clip_model,
                 "pretrained": args.pretrained,
-                "lr": args.lr,
-                "momentum": 0.9,
-                "batch-size": args.batch_size,
-                "results-dir": str(Path(args.results_dir).resolve()),
-                **data_overrides(args.data, args.test_data),
             }
             setting = f"N{clients}-C{fraction:g}-{partition}-R{args.rounds}"
             runs += [run_method(method, common, setting, clients) for method in args.methods.split(",")]

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import MethodRun, data_overrides, markdown_table, run_method
+from compare import MethodRun, add_common_arguments, common_overrides, markdown_table, run_method
 
 METHODS = ("fedd2p", "fedd2p-agg", "fedd2p-gt", "standalone")
 LABELS = {
@@ -41,28 +41,29 @@ def mean_bytes(run: MethodRun, key: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="ImageFolder folder or .tar.gz (default: scikit-learn digits)")
-    parser.add_argument("--test-data", help="optional external test split (ImageFolder)")
+    add_common_arguments(
+        parser,
+        methods=METHODS,
+        results_dir="results/benchmarks/family-c",
+        rounds=10,
+        lr=0.01,
+        batch_size=32,
+        local_epochs=2,
+    )
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--alphas", default="0.1,10", help="comma list of Dirichlet concentrations")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--local-epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--shots", type=int, default=30, help="training samples per class per device (0 = all)")
     parser.add_argument("--client-models", default="vgg-2,vgg-3,vgg-4")
     parser.add_argument("--clip-model", default="fedapp-tiny-clip")
     parser.add_argument("--pretrained", default="")
     parser.add_argument("--steps", type=int, default=100, help="generator steps per round")
     parser.add_argument("--mlp", action="store_true", help="also run FedD2P with an MLP generator (ablation)")
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--results-dir", default="results/benchmarks/family-c")
     args = parser.parse_args()
 
     runs: list[tuple[str, MethodRun]] = []
     for alpha in (float(a) for a in args.alphas.split(",")):
         common = {
-            "num-rounds": args.rounds,
+            **common_overrides(args),
             "num-partitions": args.clients,
             "partition": "dirichlet",
             "alpha": alpha,
@@ -71,12 +72,6 @@ def main() -> None:
             "clip-model": args.clip_model,
             "pretrained": args.pretrained,
             "d2p-steps": args.steps,
-            "lr": args.lr,
-            "momentum": 0.9,
-            "batch-size": args.batch_size,
-            "local-epochs": args.local_epochs,
-            "results-dir": str(Path(args.results_dir).resolve()),
-            **data_overrides(args.data, args.test_data),
         }
         setting = f"N{args.clients}-dirichlet{alpha:g}-R{args.rounds}"
         for method in args.methods.split(","):

@@ -22,37 +22,32 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import data_overrides, fmt_count, markdown_table, run_method
+from compare import add_common_arguments, common_overrides, fmt_count, markdown_table, run_method
 
 METHODS = ("pep-fedpt", "fedvpt", "fedvpt-d", "local-vpt", "head-fedavg")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="ImageFolder folder or .tar.gz (default: scikit-learn digits)")
-    parser.add_argument("--test-data", help="optional external test split (ImageFolder)")
+    add_common_arguments(
+        parser, methods=METHODS, results_dir="results/benchmarks/family-d", rounds=15, lr=0.01, batch_size=32
+    )
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--held-out", type=float, default=0.2, help="share of clients that never train")
     parser.add_argument("--partitions", default="pathological,dirichlet")
     parser.add_argument("--classes-per-client", type=int, default=2)
     parser.add_argument("--alpha", type=float, default=0.3)
-    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--shots", type=int, default=50, help="training samples per class per client (0 = all)")
     parser.add_argument("--clip-model", default="fedapp-tiny-vit")
     parser.add_argument("--pretrained", default="")
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--local-epochs", type=int, default=1)
     parser.add_argument("--target", type=float, default=0.5, help="accuracy for rounds-to-target")
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--results-dir", default="results/benchmarks/family-d")
     args = parser.parse_args()
 
     runs = []
     for partition in args.partitions.split(","):
         common = {
-            "num-rounds": args.rounds,
+            **common_overrides(args),
             "num-partitions": args.clients,
             "held-out-fraction": args.held_out,
             "min-clients": 2,
@@ -63,13 +58,7 @@ def main() -> None:
             "clip-model": args.clip_model,
             "pretrained": args.pretrained,
             "image-size": args.image_size,
-            "lr": args.lr,
-            "momentum": 0.9,
-            "batch-size": args.batch_size,
-            "local-epochs": args.local_epochs,
             "target-accuracy": args.target,
-            "results-dir": str(Path(args.results_dir).resolve()),
-            **data_overrides(args.data, args.test_data),
         }
         setting = f"N{args.clients}-H{args.held_out:g}-{partition}-R{args.rounds}"
         runs += [run_method(method, common, setting, args.clients) for method in args.methods.split(",")]

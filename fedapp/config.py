@@ -50,18 +50,8 @@ CLIP_METHODS = ("coop-local", "promptfl", "sdfed")
 # Methods that prompt (or put a head on) a frozen open_clip ViT image tower, named by `clip-model`.
 VPT_METHODS = ("head-fedavg", "local-vpt", "fedvpt", "fedvpt-d", "pep-fedpt")
 # Methods whose clients may run different architectures (nothing model-shaped is averaged).
-HETEROGENEOUS_METHODS = (
-    "standalone",
-    "pfedlora",
-    "lg-fedavg",
-    "fedproto",
-    "fd",
-    "fml",
-    "fedkd",
-    "fedd2p",
-    "fedd2p-agg",
-    "fedd2p-gt",
-)
+FEDD2P_METHODS = ("fedd2p", "fedd2p-agg", "fedd2p-gt")
+HETEROGENEOUS_METHODS = ("standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd", *FEDD2P_METHODS)
 ADAPTER_KINDS = ("matrix", "direct")
 # FedD2P's class-description templates (the paper's four), by name.
 D2P_TEMPLATES = {

@@ -6,12 +6,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedapp.data.tensors import iterate_batches
 from fedapp.errors import ConfigError
 from fedapp.models import build_model
-from fedapp.training import TensorData
+from fedapp.training import LossFn, TensorData
 
 
 @torch.no_grad()
@@ -73,6 +74,29 @@ def merge_per_class(
         merged = np.where(present[:, None], np.where(held[:, None], smoothed, merged), previous)
         present = present | held
     return merged.astype(np.float32), present.astype(np.float32)
+
+
+def class_distillation_loss(
+    teacher: np.ndarray, present: np.ndarray, weight: float, distil: Callable[[Tensor, Tensor], Tensor]
+) -> LossFn:
+    """``CE(f(x), y) + weight * distil(f(x), teacher[y])`` over the samples whose class
+    has a teacher row (``present``); plain CE for the others.
+
+    FD distils per-class mean logits, FedD2P the server's per-class distributions;
+    they differ only in ``distil(student_logits, teacher_rows)``.
+    """
+    rows = torch.as_tensor(teacher, dtype=torch.float32)
+    mask = torch.as_tensor(present, dtype=torch.bool)
+
+    def loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        out = model(x)
+        ce = F.cross_entropy(out, y)
+        keep = mask.to(x.device)[y]
+        if weight == 0 or not keep.any():
+            return ce
+        return ce + weight * distil(out[keep], rows.to(x.device)[y][keep])
+
+    return loss
 
 
 def require_same_feature_dim(model_names: Sequence[str], num_classes: int, method: str) -> int:

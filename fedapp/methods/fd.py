@@ -10,10 +10,10 @@ it; with many clients the difference is small).
 from __future__ import annotations
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedapp.methods.common import class_distillation_loss
 from fedapp.training import LossFn
 
 
@@ -30,15 +30,6 @@ def distillation_kl(student_logits: Tensor, teacher_logits: Tensor, temperature:
 
 def fd_loss(global_logits: np.ndarray, present: np.ndarray, weight: float, temperature: float) -> LossFn:
     """Cross-entropy plus distillation towards the global logits of each sample's class."""
-    teacher = torch.as_tensor(global_logits, dtype=torch.float32)
-    mask = torch.as_tensor(present, dtype=torch.bool)
-
-    def loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        out = model(x)
-        ce = F.cross_entropy(out, y)
-        keep = mask.to(x.device)[y]
-        if weight == 0 or not keep.any():
-            return ce
-        return ce + weight * distillation_kl(out[keep], teacher.to(x.device)[y][keep], temperature)
-
-    return loss
+    return class_distillation_loss(
+        global_logits, present, weight, lambda student, teacher: distillation_kl(student, teacher, temperature)
+    )

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from fedapp.config import D2P_TEMPLATES
 from fedapp.errors import ConfigError
+from fedapp.methods.common import class_distillation_loss
 from fedapp.training import LossFn
 
 if TYPE_CHECKING:
@@ -51,20 +52,11 @@ def soft_labels(model: nn.Module, x: Tensor, temperature: float) -> Tensor:
 def knowledge_loss(knowledge: np.ndarray, present: np.ndarray, weight: float, temperature: float) -> LossFn:
     """``CE(f(x), y) + weight * KL(g_y || softmax(f(x) / T))`` for samples whose class
     has knowledge (``present``); plain CE for the others."""
-    teacher = torch.as_tensor(knowledge, dtype=torch.float32)
-    mask = torch.as_tensor(present, dtype=torch.bool)
 
-    def loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        out = model(x)
-        ce = F.cross_entropy(out, y)
-        keep = mask.to(x.device)[y]
-        if weight == 0 or not keep.any():
-            return ce
-        log_student = F.log_softmax(out[keep] / temperature, dim=1)
-        kl = F.kl_div(log_student, teacher.to(x.device)[y][keep], reduction="batchmean")
-        return ce + weight * kl
+    def kl_to_knowledge(student: Tensor, teacher: Tensor) -> Tensor:
+        return F.kl_div(F.log_softmax(student / temperature, dim=1), teacher, reduction="batchmean")
 
-    return loss
+    return class_distillation_loss(knowledge, present, weight, kl_to_knowledge)
 
 
 # ----- server side ----------------------------------------------------------------
