@@ -101,3 +101,15 @@ def common_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "results-dir": str(Path(args.results_dir).resolve()),
         **data_overrides(args.data, args.test_data),
     }
+
+
+def partition_overrides(args: argparse.Namespace, partition: str) -> dict[str, Any]:
+    """Run-config keys of one partition setting on a frozen open_clip backbone."""
+    return {
+        "partition": partition,
+        "classes-per-client": args.classes_per_client,
+        "alpha": args.alpha,
+        "shots-per-class": args.shots,
+        "clip-model": args.clip_model,
+        "pretrained": args.pretrained,
+    }

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import add_common_arguments, common_overrides, markdown_table, run_method
+from compare import add_common_arguments, common_overrides, markdown_table, partition_overrides, run_method
 
 METHODS = ("coop-local", "promptfl", "sdfed")
 
@@ -46,12 +46,7 @@ def main() -> None:
                 **common_overrides(args),
                 "fraction-fit": fraction,
                 "min-clients": 2,
-                "partition": partition,
-                "classes-per-client": args.classes_per_client,
-                "alpha": args.alpha,
-                "shots-per-class": args.shots,
-                "clip-model": args.clip_model,
-                "pretrained": args.pretrained,
+                **partition_overrides(args, partition),
             }
             setting = f"N{clients}-C{fraction:g}-{partition}-R{args.rounds}"
             runs += [run_method(method, common, setting, clients) for method in args.methods.split(",")]

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import add_common_arguments, common_overrides, fmt_count, markdown_table, run_method
+from compare import add_common_arguments, common_overrides, fmt_count, markdown_table, partition_overrides, run_method
 
 METHODS = ("pep-fedpt", "fedvpt", "fedvpt-d", "local-vpt", "head-fedavg")
 
@@ -51,12 +51,7 @@ def main() -> None:
             "num-partitions": args.clients,
             "held-out-fraction": args.held_out,
             "min-clients": 2,
-            "partition": partition,
-            "classes-per-client": args.classes_per_client,
-            "alpha": args.alpha,
-            "shots-per-class": args.shots,
-            "clip-model": args.clip_model,
-            "pretrained": args.pretrained,
+            **partition_overrides(args, partition),
             "image-size": args.image_size,
             "target-accuracy": args.target,
         }

@@ -25,7 +25,6 @@ class PEPFedPTStrategy(FedAppStrategy):
 
     def initial_arrays(self) -> Arrays:
         learner = build_visual_prompts(self.config, self.num_classes)
-        self._learner_arrays = len(get_arrays(learner))
         prototype_width = len(learner.class_layers) * learner.shape.width
         return [
             *get_arrays(learner),
@@ -37,7 +36,7 @@ class PEPFedPTStrategy(FedAppStrategy):
         return [*self._global[:-1], np.zeros(self.num_classes, np.int64)]
 
     def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
-        k = self._learner_arrays
+        k = len(self._global) - 2  # the learner's arrays come first, prototypes and mask last
         learner = weighted_average([(u.arrays[:k], u.num_examples) for u in updates])
         prototypes, present = merge_per_class(
             [(u.arrays[k], u.arrays[k + 1]) for u in updates],
