@@ -53,11 +53,15 @@ def make_store(context: Context, config: RunConfig, partition_id: int) -> StateS
     return flower_state_store(context.state)
 
 
-def make_client_fn(overrides: Mapping[str, Any] | None = None):
-    """A ``client_fn`` whose run config is Flower's, with ``overrides`` on top."""
+def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False):
+    """A ``client_fn`` whose run config is Flower's, with ``overrides`` on top.
+
+    ``ignore_unknown`` leaves out run-config keys this project does not know
+    (another project's, when our ClientApp runs inside it) instead of refusing them.
+    """
 
     def client_fn(context: Context) -> Client:
-        config = resolve_run_config({**context.run_config, **(overrides or {})})
+        config = resolve_run_config({**context.run_config, **(overrides or {})}, ignore_unknown=ignore_unknown)
         partition_id, num_partitions = node_partition(context.node_config, config)
         local_dir = str(context.node_config.get("data-dir", ""))
         data = load_client_data(config, partition_id, num_partitions, local_dir)
@@ -68,9 +72,10 @@ def make_client_fn(overrides: Mapping[str, Any] | None = None):
     return client_fn
 
 
-def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
-    """A ClientApp for this project (``overrides`` let tests and scripts set keys)."""
-    return ClientApp(client_fn=make_client_fn(overrides))
+def make_client_app(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False) -> ClientApp:
+    """A ClientApp for this project (``overrides`` let tests and scripts set keys;
+    ``ignore_unknown`` as in :func:`make_client_fn`)."""
+    return ClientApp(client_fn=make_client_fn(overrides, ignore_unknown=ignore_unknown))
 
 
 app = make_client_app()

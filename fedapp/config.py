@@ -247,15 +247,20 @@ def load_preset(path: str) -> dict[str, Any]:
     return data
 
 
-def resolve_run_config(run_config: Mapping[str, Any]) -> RunConfig:
+def resolve_run_config(run_config: Mapping[str, Any], *, ignore_unknown: bool = False) -> RunConfig:
     """Merge defaults, the selected preset and explicit overrides, then validate.
 
     Flower passes the app's defaults already merged with ``--run-config``, so an
     override is recognised as a value that differs from the default; those win
-    over the preset, every other key takes the preset's value.
+    over the preset, every other key takes the preset's value. Unknown keys are
+    an error (they are usually typos) unless ``ignore_unknown``: a project that
+    embeds our strategies or ClientApp may carry keys of its own in the same
+    run config, and those are then left out.
     """
     unknown = sorted(set(run_config) - set(SCHEMA))
-    if unknown:
+    if unknown and ignore_unknown:
+        run_config = {name: value for name, value in run_config.items() if name in SCHEMA}
+    elif unknown:
         raise ConfigError(f"unknown config key(s): {', '.join(unknown)}; valid keys: {', '.join(SCHEMA)}")
     base = defaults()
     preset_name = SCHEMA["preset"].check("preset", run_config.get("preset", ""))

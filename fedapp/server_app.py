@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
-from fedapp.clientdata import check_data
 from fedapp.config import RunConfig, resolve_run_config
-from fedapp.metrics import RunRecorder
 from fedapp.registry import strategy_class
-
-log = logging.getLogger("flwr.fedapp")
 
 
 def build_strategy(config: RunConfig, *, record: bool = True):
@@ -23,14 +18,7 @@ def build_strategy(config: RunConfig, *, record: bool = True):
     Loading and partitioning the source here means a missing folder, a corrupt
     image or an empty client stops the run before any client trains.
     """
-    source = check_data(config, int(config["num-partitions"]))
-    recorder = None
-    if record:
-        recorder = RunRecorder(
-            config["results-dir"], config.run_name, config.as_dict(), float(config["target-accuracy"])
-        )
-        log.info("results go to %s", recorder.directory)
-    return strategy_class(str(config["method"]))(config, source.num_classes, recorder, source.class_names)
+    return strategy_class(str(config["method"])).from_config(config, record=record)
 
 
 def make_server_fn(overrides: Mapping[str, Any] | None = None):

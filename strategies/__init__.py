@@ -1,12 +1,29 @@
-"""Server-side Flower strategies, one per method (thin glue over fedapp's core)."""
+"""Server-side Flower strategies, one per method (thin glue over fedapp's core).
+
+Every class here is a legacy :class:`flwr.server.strategy.Strategy`, usable in
+a ServerApp of your own (``ServerApp(server_fn=...)`` or ``DefaultWorkflow``
+with a ``LegacyContext``). Build one with
+:meth:`FedAppStrategy.from_config`, which reads ``num_classes`` and
+``class_names`` from the configured data::
+
+    config = resolve_run_config({"method": "pfedlora", "num-rounds": 2})
+    strategy = PFedLoRAStrategy.from_config(config)
+
+The ClientApp must run the same ``method`` (``fedapp.client_app.make_client_app``
+reads it from the run config); :mod:`fedapp.registry` says which class serves
+which method.
+"""
 
 from strategies.base import ClientUpdate, FedAppStrategy
 from strategies.fd import FDStrategy
 from strategies.fedavg import FedAvgStrategy
+from strategies.fedd2p import FedD2PStrategy
 from strategies.fedkd import FedKDStrategy
 from strategies.fedproto import FedProtoStrategy
+from strategies.fedvpt import FedVPTStrategy
 from strategies.fml import FMLStrategy
 from strategies.lg_fedavg import LGFedAvgStrategy
+from strategies.pep_fedpt import PEPFedPTStrategy
 from strategies.per_class import PerClassStrategy
 from strategies.pfedlora import PFedLoRAStrategy
 from strategies.promptfl import PromptFLStrategy
@@ -20,9 +37,12 @@ __all__ = [
     "FMLStrategy",
     "FedAppStrategy",
     "FedAvgStrategy",
+    "FedD2PStrategy",
     "FedKDStrategy",
     "FedProtoStrategy",
+    "FedVPTStrategy",
     "LGFedAvgStrategy",
+    "PEPFedPTStrategy",
     "PFedLoRAStrategy",
     "PerClassStrategy",
     "PromptFLStrategy",

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from flwr.common import (
@@ -35,11 +35,16 @@ from flwr.server.strategy import Strategy
 from torch import nn
 
 from fedapp.aggregation import Arrays, update_problem
+from fedapp.clientdata import check_data
 from fedapp.config import RunConfig, held_out_partitions
+from fedapp.errors import ConfigError
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
 from fedapp.models import build_model
+from fedapp.registry import strategy_class
 
 log = logging.getLogger("flwr.fedapp")
+
+_S = TypeVar("_S", bound="FedAppStrategy")
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,12 @@ class FedAppStrategy(Strategy):
     class_names
         The task's class names, for methods whose server reads them (FedD2P's
         class descriptions); default ``"0"``, ``"1"``, ...
+
+    See Also
+    --------
+    from_config : Build a strategy from the run configuration alone, reading
+        ``num_classes`` and ``class_names`` from the configured data (what a
+        ServerApp of your own should use).
     """
 
     #: Whether the method keeps one global model whose accuracy is meaningful.
@@ -112,8 +123,75 @@ class FedAppStrategy(Strategy):
         self._held_out = held_out_partitions(config.values)
         self._partition_of: dict[str, int] = {}
 
+    @classmethod
+    def from_config(cls: type[_S], config: RunConfig, *, record: bool = False) -> _S:
+        """Build this strategy from a run configuration alone.
+
+        Loads and partitions the configured data once, as this project's own
+        ServerApp does, so that a missing folder, a corrupt image or an empty
+        partition stops the run before any client trains, and takes
+        ``num_classes`` and ``class_names`` from it: they then agree with what
+        every client builds from the same configuration.
+
+        Parameters
+        ----------
+        config
+            The validated run configuration
+            (:func:`fedapp.config.resolve_run_config`). Its ``method`` selects
+            the ClientApp's side and must be one this class serves; its
+            ``num-rounds`` should equal the ``ServerConfig``'s (it numbers the
+            progress lines and triggers the final plots).
+        record
+            Whether to write the results folder (``results-dir``/``run-name``:
+            metrics, summary and plots) as rounds complete; by default the
+            per-round records are kept in memory only, in :attr:`history`.
+
+        Returns
+        -------
+        FedAppStrategy
+            An instance of ``cls``.
+
+        Raises
+        ------
+        fedapp.errors.ConfigError
+            If ``cls`` is not (a subclass of) the strategy that the registry
+            names for ``config["method"]``.
+        fedapp.errors.DataError
+            If the configured data is missing, unreadable or cannot be split
+            into ``num-partitions`` non-empty partitions.
+
+        Examples
+        --------
+        >>> from fedapp.config import resolve_run_config
+        >>> from strategies import PFedLoRAStrategy
+        >>> config = resolve_run_config({"method": "pfedlora", "num-partitions": 2})
+        >>> PFedLoRAStrategy.from_config(config)
+        PFedLoRAStrategy(method='pfedlora')
+        """
+        method = str(config["method"])
+        expected = strategy_class(method)
+        if not issubclass(cls, expected):
+            raise ConfigError(
+                f"config key 'method' = {method!r} is served by {expected.__name__}, not {cls.__name__}; "
+                f"the ClientApp runs the clients of {method!r}"
+            )
+        source = check_data(config, int(config["num-partitions"]))
+        recorder = None
+        if record:
+            recorder = RunRecorder(
+                config["results-dir"], config.run_name, config.as_dict(), float(config["target-accuracy"])
+            )
+            log.info("results go to %s", recorder.directory)
+        return cls(config, source.num_classes, recorder, source.class_names)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(method={self.config['method']!r})"
+
+    @property
+    def global_arrays(self) -> Arrays:
+        """The current global arrays: the initial ones after initialisation, then
+        the latest aggregate (empty before the run starts, or when nothing is shared)."""
+        return list(self._global)
 
     def zoo_model(self, name: str) -> nn.Module:
         """A zoo model for this task (same shapes as the clients build)."""

@@ -87,6 +87,17 @@ def test_bad_config_gives_a_message_naming_key_and_value(override, message):
     assert message in str(info.value)
 
 
+def test_unknown_keys_of_an_embedding_project_can_be_left_out():
+    theirs = {"method": "pfedlora", "num-rounds": 4, "their-learning-rate": 0.5}
+    with pytest.raises(ConfigError, match="unknown config key"):
+        resolve_run_config(theirs)
+    config = resolve_run_config(theirs, ignore_unknown=True)
+    assert config["method"] == "pfedlora" and config["num-rounds"] == 4
+    assert "their-learning-rate" not in config.as_dict()
+    with pytest.raises(ConfigError, match="num-rounds"):  # our own keys are still checked
+        resolve_run_config({**theirs, "num-rounds": -1}, ignore_unknown=True)
+
+
 def test_preset_with_unknown_key_is_refused(tmp_path):
     preset = tmp_path / "bad.yaml"
     preset.write_text("method: fedavg\nrounds: 3\n")

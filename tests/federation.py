@@ -1,0 +1,110 @@
+"""Helpers for tests that run real Flower processes (SuperLink, SuperNodes, ``flwr``).
+
+A :class:`Processes` group starts commands with their output in one log file
+each and stops every one of them by PID (with its process group) at the end, so
+a failing test leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fedapp.launch import stop_processes
+from fedapp.metrics import read_metrics
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def flower_env(home: Path) -> dict[str, str]:
+    """Environment for Flower processes: this venv's executables, a private ``FLWR_HOME``."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        # The SuperLink and SuperNodes start flwr-serverapp / flwr-clientapp from PATH.
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FLWR_HOME": str(home),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_TELEMETRY_ENABLED": "0",
+    }
+
+
+def connection_toml(name: str, address: str, root_certificates: Path | None = None) -> str:
+    """A ``config.toml`` whose default SuperLink connection is ``name``."""
+    security = f'root-certificates = "{root_certificates}"' if root_certificates else "insecure = true"
+    return f'[superlink]\ndefault = "{name}"\n\n[superlink.{name}]\naddress = "{address}"\n{security}\n'
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0, interval: float = 0.3) -> None:
+    """Poll ``condition`` until it holds, or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"{what} did not happen within {timeout:.0f}s")
+
+
+class Processes:
+    """Long-running commands started for a test, each logging to ``<logs>/<name>.log``."""
+
+    def __init__(self, logs: Path, env: dict[str, str]) -> None:
+        self.logs = logs
+        self.env = env
+        self.started: dict[str, subprocess.Popen] = {}
+        logs.mkdir(parents=True, exist_ok=True)
+
+    def start(self, name: str, command: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        with (self.logs / f"{name}.log").open("w") as out:
+            process = subprocess.Popen(
+                list(command), env=env or self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.started[name] = process
+        return process
+
+    def log(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self, name: str) -> None:
+        process = self.started.pop(name)
+        stop_processes([process.pid])
+        process.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        stop_processes([p.pid for p in self.started.values()])
+        for process in self.started.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+        self.started.clear()
+
+    def tails(self, chars: int = 3000) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in sorted(self.logs.iterdir()))
+
+
+def flwr(args: Sequence[str], env: dict[str, str], prefix: Sequence[str] = (), timeout: float = 300):
+    """Run the ``flwr`` CLI (optionally behind ``prefix``, e.g. ``ip netns exec NS``)."""
+    return subprocess.run(
+        [*prefix, str(BIN / "flwr"), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def run_app(connection: str, run_config: str, env: dict[str, str], prefix: Sequence[str] = (), timeout: float = 300):
+    """``flwr run`` this project on ``connection`` and wait for the run to end."""
+    return flwr(["run", str(ROOT), connection, "--stream", "--run-config", run_config], env, prefix, timeout)
+
+
+def run_metrics(results: Path, run_name: str, done: subprocess.CompletedProcess, processes: Processes) -> list[dict]:
+    """The run's per-round metrics, or a failure that shows every log."""
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{processes.tails()}"
+    metrics = results / run_name / "metrics.jsonl"
+    if not metrics.exists():
+        raise AssertionError(f"no metrics written\n{done.stdout[-3000:]}\n{processes.tails()}")
+    return read_metrics(metrics)

@@ -1,0 +1,216 @@
+"""Our strategies inside a *user's own* ServerApp, written the way a user would.
+
+Each simulation test writes a ServerApp module as source text, imports it from
+``tmp_path`` and runs it against this project's ClientApp. Two styles are
+covered: the legacy ``ServerApp(server_fn=...)`` and the ``@app.main()`` style
+that drives a strategy through Flower's ``DefaultWorkflow``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import math
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from flwr.server.strategy import Strategy
+from flwr.simulation import run_simulation
+
+import strategies
+from fedapp.client_app import make_client_app
+from fedapp.config import METHODS, resolve_run_config
+from fedapp.errors import ConfigError
+from fedapp.registry import strategy_class
+
+BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
+SUPERNODES = 2
+
+# What a user's ServerApp module looks like, in each style. Only the strategy
+# class and the run config differ between methods.
+SERVER_FN_APP = '''
+"""A user's ServerApp (server_fn style) on one of fedapp's strategies."""
+
+from flwr.common import Context
+from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+
+from fedapp.config import resolve_run_config
+from strategies import {cls}
+
+RUN_CONFIG = {run_config!r}
+BUILT = []  # the strategies this app built, kept for a look after the run
+
+
+def server_fn(context: Context) -> ServerAppComponents:
+    # The user's own keys ride along in the same run config; ours ignores them.
+    config = resolve_run_config({{**context.run_config, **RUN_CONFIG}}, ignore_unknown=True)
+    strategy = {cls}.from_config(config)
+    BUILT.append(strategy)
+    return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=2))
+
+
+app = ServerApp(server_fn=server_fn)
+'''
+
+WORKFLOW_APP = '''
+"""A user's ServerApp (@app.main() style) on one of fedapp's strategies."""
+
+from flwr.common import Context
+from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
+from flwr.server.workflow import DefaultWorkflow
+
+from fedapp.config import resolve_run_config
+from strategies import {cls}
+
+RUN_CONFIG = {run_config!r}
+RUNS = []  # the finished LegacyContexts (strategy and history), kept for a look after the run
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    # The user's own keys ride along in the same run config; ours ignores them.
+    config = resolve_run_config({{**context.run_config, **RUN_CONFIG}}, ignore_unknown=True)
+    strategy = {cls}.from_config(config)
+    legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=2), strategy=strategy)
+    DefaultWorkflow()(grid, legacy)
+    RUNS.append(legacy)
+'''
+
+# One method per family, with the cheap settings of the family's own tests.
+CASES = {
+    "pfedlora": ("PFedLoRAStrategy", {"client-models": "cnn-1,cnn-3"}),
+    "sdfed": ("SDFedStrategy", {"local-prompt-lengths": "4,8", "shots-per-class": 8}),
+    "fedd2p": ("FedD2PStrategy", {"client-models": "vgg-2,vgg-3", "d2p-steps": 5, "shots-per-class": 10}),
+    "pep-fedpt": ("PEPFedPTStrategy", {"clip-model": "fedapp-tiny-vit", "prompt-length": 2, "class-prompt-length": 2}),
+}
+
+
+def run_config(method: str) -> dict:
+    """The keys both the user's ServerApp and our ClientApp run with (one of them the user's own)."""
+    return {
+        "my-experiment-tag": "plugin-test",
+        "method": method,
+        "num-partitions": SUPERNODES,
+        "num-rounds": 2,
+        "batch-size": 32,
+        "device": "cpu",
+        **CASES[method][1],
+    }
+
+
+def user_app(tmp_path: Path, style: str, method: str) -> ModuleType:
+    """Write a user's ServerApp module for ``method`` in ``style`` and import it."""
+    template = SERVER_FN_APP if style == "server_fn" else WORKFLOW_APP
+    source = template.format(cls=CASES[method][0], run_config=run_config(method))
+    path = tmp_path / f"user_{style}_{method.replace('-', '_')}.py"
+    path.write_text(textwrap.dedent(source).lstrip())
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def simulate(module: ModuleType, method: str) -> tuple[strategies.FedAppStrategy, object | None]:
+    """Run the user's ServerApp against our ClientApp; return its strategy and Flower's History."""
+    run_simulation(
+        module.app,
+        make_client_app(run_config(method), ignore_unknown=True),
+        num_supernodes=SUPERNODES,
+        backend_config=BACKEND,
+    )
+    if hasattr(module, "RUNS"):
+        assert len(module.RUNS) == 1, "the user's main() did not finish"
+        legacy = module.RUNS[0]
+        return legacy.strategy, legacy.history
+    assert len(module.BUILT) == 1, "the user's server_fn was not called"
+    return module.BUILT[0], None
+
+
+def check_common(strategy, history, cls_name: str) -> None:
+    """Both rounds trained and evaluated both clients through our strategy."""
+    assert type(strategy).__name__ == cls_name
+    records = strategy.history
+    assert [r.round for r in records] == [1, 2]
+    for r in records:
+        assert r.clients_fit == SUPERNODES and r.clients_failed == 0 and r.clients_evaluated == SUPERNODES
+        assert math.isfinite(r.train_loss) and r.train_loss > 0
+        assert 0.0 <= r.acc_worst <= r.acc_mean <= 1.0
+        assert r.params_round_total > 0
+    if history is not None:  # the workflow's own History, filled from our aggregate_* replies
+        assert [rnd for rnd, _ in history.losses_distributed] == [1, 2]
+        assert all(math.isfinite(loss) and loss > 0 for _, loss in history.losses_distributed)
+        assert [rnd for rnd, _ in history.metrics_distributed["acc_mean"]] == [1, 2]
+        assert all(0.0 <= acc <= 1.0 for _, acc in history.metrics_distributed["acc_mean"])
+        assert [rnd for rnd, _ in history.metrics_distributed_fit["train_loss"]] == [1, 2]
+
+
+def changed(before: list[np.ndarray], after: list[np.ndarray]) -> bool:
+    assert [a.shape for a in before] == [a.shape for a in after]
+    return any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+# Styles alternate across families, so each style runs twice; see the durations
+# report for what the full cross product would cost.
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("style", "method"),
+    [("server_fn", "pfedlora"), ("workflow", "sdfed"), ("workflow", "fedd2p"), ("server_fn", "pep-fedpt")],
+)
+def test_strategy_runs_inside_a_user_server_app(tmp_path, style, method):
+    module = user_app(tmp_path, style, method)
+    strategy, history = simulate(module, method)
+    check_common(strategy, history, CASES[method][0])
+    final = strategy.global_arrays
+    # A fresh strategy's initial arrays are what round 1 sent (every initialisation is seeded).
+    initial = type(strategy).from_config(strategy.config).initial_arrays()
+    assert changed(initial, final), "the global state never moved"
+    if method == "fedd2p":
+        knowledge, present = final
+        assert present.sum() > 0
+        # The generator's per-class distributions, not the raw pooled soft labels.
+        np.testing.assert_allclose(knowledge[present > 0].sum(axis=1), 1.0, atol=1e-4)
+        assert all(math.isfinite(r.extra["generator_loss"]) for r in strategy.history)
+        assert "knowledge_model" in vars(strategy)  # the server-held CLIP was built and trained
+    elif method == "pep-fedpt":
+        prototypes, present = final[-2:]
+        assert present.sum() > 0 and np.abs(prototypes[present > 0]).sum() > 0
+    elif method == "pfedlora":
+        assert all(r.extra.get("eval_adapter_accuracy") is not None for r in strategy.history)
+    elif method == "sdfed":
+        assert strategy.history[-1].extra["fit_local_prompt_length"] > 0
+
+
+def test_every_exported_strategy_is_a_flower_strategy():
+    assert strategies.__all__ == sorted(strategies.__all__)
+    exported = {name: getattr(strategies, name) for name in strategies.__all__}
+    classes = {name: obj for name, obj in exported.items() if inspect.isclass(obj) and name.endswith("Strategy")}
+    assert set(exported) - set(classes) == {"ClientUpdate"}
+    for name, cls in classes.items():
+        assert issubclass(cls, Strategy), name
+    # Every module of the package contributes its strategy classes to __all__.
+    package = Path(strategies.__file__).parent
+    for path in sorted(package.glob("*.py")):
+        module = importlib.import_module(f"strategies.{path.stem}")
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and issubclass(obj, Strategy) and obj.__module__ == module.__name__:
+                assert classes.get(name) is obj, f"{module.__name__}.{name} is not exported"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_registered_method_maps_to_an_exported_strategy(method):
+    cls = strategy_class(method)
+    assert getattr(strategies, cls.__name__) is cls and cls.__name__ in strategies.__all__
+
+
+def test_from_config_reads_classes_from_the_data_and_refuses_another_method():
+    config = resolve_run_config({"method": "pfedlora", "num-partitions": 2})
+    strategy = strategies.PFedLoRAStrategy.from_config(config)
+    assert strategy.num_classes == 10 and strategy.class_names == tuple(map(str, range(10)))
+    assert strategy.recorder is None and strategy.global_arrays == []
+    with pytest.raises(ConfigError, match="served by PFedLoRAStrategy, not FedAvgStrategy"):
+        strategies.FedAvgStrategy.from_config(config)
