@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -81,6 +82,26 @@ def stop_processes(pids: list[int], timeout: float = 10.0) -> None:
     for pid in pids:
         if _alive(pid):
             _signal(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def sigterm_raises_system_exit():
+    """Turn SIGTERM into ``SystemExit`` while the block runs, so ``finally`` clauses
+    (stopping the SuperLink this launch started) run when a scheduler or ``kill``
+    stops us, as they do on Ctrl-C. Outside the main thread nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -153,7 +174,8 @@ def run(
     summary = run_dir / "summary.json"
     started = time.time()
     try:
-        subprocess.run(command, env=env, check=True, timeout=timeout)
+        with sigterm_raises_system_exit():
+            subprocess.run(command, env=env, check=True, timeout=timeout)
     finally:
         stop_processes(superlink_pids(home))
     if not summary.exists() or summary.stat().st_mtime < started:

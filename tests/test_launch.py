@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import http.server
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
 from fedapp.errors import ConfigError
-from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run, superlink_pids
+from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run, stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
 
 
@@ -67,3 +71,25 @@ def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
     assert superlink_pids(home.resolve()) == []
     if impostor is not None:
         impostor.shutdown()
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
+    home = (tmp_path / "home").resolve()
+    config = f'num-rounds=100 results-dir="{tmp_path / "results"}"'
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--num-clients", "2", "--run-config", config],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not superlink_pids(home) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert superlink_pids(home), "the launcher never started its SuperLink"
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+        assert superlink_pids(home) == []
+    finally:
+        launcher.kill()
+        stop_processes(superlink_pids(home))
