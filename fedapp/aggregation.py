@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -39,8 +40,12 @@ def update_problem(arrays: Arrays, num_examples: int, expected: Arrays | None) -
     """Why a client update must be left out, or None if it is usable.
 
     ``expected`` gives the shapes and dtypes the update must match (the global
-    arrays sent that round); None skips that check.
+    arrays sent that round); None skips that check. Integer arrays are counts
+    (per-class example counts, BatchNorm's batch counter) and must not be
+    negative; floating arrays must be finite.
     """
+    if isinstance(num_examples, bool) or not isinstance(num_examples, int | np.integer):
+        return f"example count {num_examples!r} is not an integer"
     if num_examples <= 0:
         return f"non-positive example count {num_examples}"
     if expected is not None:
@@ -52,6 +57,29 @@ def update_problem(arrays: Arrays, num_examples: int, expected: Arrays | None) -
             if got.dtype != want.dtype:
                 return f"array {i} has dtype {got.dtype}, expected {want.dtype}"
     for i, array in enumerate(arrays):
-        if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
+        if np.issubdtype(array.dtype, np.inexact) and not np.all(np.isfinite(array)):
             return f"array {i} holds NaN or Inf values"
+        if np.issubdtype(array.dtype, np.signedinteger) and array.size and array.min() < 0:
+            return f"array {i} holds negative counts"
+    return None
+
+
+def metrics_problem(metrics: Mapping[str, object]) -> str | None:
+    """Why a client's fit metrics make its update unusable, or None.
+
+    The server averages ``train_loss`` over clients and sums ``train_flops``;
+    either, when present, must be a finite number (``train_flops`` also not
+    negative). A client that reports a NaN loss has diverged even if its arrays
+    are still finite, and taking it would make the round's loss NaN.
+    """
+    for key in ("train_loss", "train_flops"):
+        if key not in metrics:
+            continue
+        value = metrics[key]
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            return f"metric {key} = {value!r} is not a number"
+        if not math.isfinite(float(value)):
+            return f"metric {key} = {value!r} is NaN or Inf"
+        if key == "train_flops" and value < 0:
+            return f"metric {key} = {value!r} is negative"
     return None

@@ -131,6 +131,9 @@ SCHEMA: dict[str, Key] = {
     "fraction-fit": Key(float, 1.0, "share of clients trained per round", low=0.0, low_open=True, high=1.0),
     "fraction-evaluate": Key(float, 1.0, "share of clients evaluated per round", low=0.0, low_open=True, high=1.0),
     "min-clients": Key(int, 2, "fewest clients a round may run with", low=1),
+    "round-timeout": Key(
+        float, 0.0, "seconds the server waits for each client's reply in a round (0 = no limit)", low=0.0
+    ),
     "local-epochs": Key(int, 1, "local epochs per round", low=1),
     "batch-size": Key(int, 32, "local mini-batch size", low=1),
     "lr": Key(float, 0.05, "SGD learning rate", low=0.0, low_open=True),
@@ -183,6 +186,7 @@ SCHEMA: dict[str, Key] = {
     ),
     "results-dir": Key(str, "results", "where run folders are written"),
     "run-name": Key(str, "", "run folder name (default: method-dataset-partition-seed)"),
+    "resume": Key(bool, False, "continue the run from results-dir/run-name/checkpoint.npz"),
     "state": Key(str, "memory", "where personal client state lives", choices=STATE_BACKENDS),
     "state-dir": Key(str, "state", "root of on-disk client state (state = disk)"),
     "device": Key(str, "auto", "torch device for local training", choices=DEVICES),

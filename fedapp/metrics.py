@@ -95,15 +95,29 @@ def progress_line(record: RoundRecord, num_rounds: int) -> str:
 class RunRecorder:
     """Writes a run's results folder as rounds complete."""
 
-    def __init__(self, results_dir: str | Path, run_name: str, config: dict[str, Any], target_accuracy: float):
+    def __init__(
+        self,
+        results_dir: str | Path,
+        run_name: str,
+        config: dict[str, Any],
+        target_accuracy: float,
+        *,
+        fresh: bool = True,
+    ):
         self.directory = Path(results_dir).expanduser() / run_name
         self.directory.mkdir(parents=True, exist_ok=True)
         self.target_accuracy = target_accuracy
         self.records: list[RoundRecord] = []
         (self.directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
-        # A rerun under the same name starts a fresh metrics file.
         self.metrics_path = self.directory / "metrics.jsonl"
-        self.metrics_path.write_text("")
+        if fresh:  # a rerun under the same name starts a fresh metrics file
+            self.metrics_path.write_text("")
+
+    def restore(self, records: list[RoundRecord]) -> None:
+        """Continue a resumed run: exactly ``records`` so far, on disk and in memory."""
+        self.records = list(records)
+        self.metrics_path.write_text("".join(r.to_json() + "\n" for r in self.records))
+        self.write_summary()
 
     def add(self, record: RoundRecord) -> None:
         self.records.append(record)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from flwr.common import Context
-from flwr.server import ServerApp, ServerAppComponents, ServerConfig
+from flwr.server import ClientManager, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
+from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
 from fedapp.registry import strategy_class
+
+log = logging.getLogger("flwr.fedapp")
 
 
 def build_strategy(config: RunConfig, *, record: bool = True):
@@ -21,13 +25,50 @@ def build_strategy(config: RunConfig, *, record: bool = True):
     return strategy_class(str(config["method"])).from_config(config, record=record)
 
 
+def server_config(config: RunConfig, num_rounds: int | None = None) -> ServerConfig:
+    """Flower's round schedule: ``num_rounds`` rounds (default ``num-rounds``); with
+    ``round-timeout`` > 0, a client that has not replied within that many seconds
+    counts as failed in that round."""
+    timeout = float(config["round-timeout"])
+    rounds = int(config["num-rounds"]) if num_rounds is None else num_rounds
+    return ServerConfig(num_rounds=rounds, round_timeout=timeout if timeout > 0 else None)
+
+
+class ResumingServer(Server):
+    """Flower's legacy server, numbering rounds after those a resumed run had completed.
+
+    Flower's loop always counts from 1; a run resumed after round ``k`` runs
+    ``num-rounds - k`` more rounds, which are rounds ``k + 1 ...`` for the
+    strategy and the clients (their seeds and schedules depend on it).
+    """
+
+    def __init__(self, *, client_manager: ClientManager, strategy: Strategy, completed_rounds: int = 0) -> None:
+        super().__init__(client_manager=client_manager, strategy=strategy)
+        self.completed_rounds = completed_rounds
+
+    def fit_round(self, server_round: int, timeout: float | None):
+        return super().fit_round(server_round + self.completed_rounds, timeout)
+
+    def evaluate_round(self, server_round: int, timeout: float | None):
+        return super().evaluate_round(server_round + self.completed_rounds, timeout)
+
+
+def server_components(config: RunConfig) -> ServerAppComponents:
+    """The strategy (resumed from its checkpoint when ``resume``) and a server for the remaining rounds."""
+    strategy = build_strategy(config)
+    completed = strategy.resume() if config["resume"] else 0
+    remaining = max(int(config["num-rounds"]) - completed, 0)
+    if remaining == 0:
+        log.info("the checkpoint has all %d rounds already; nothing left to run", completed)
+    server = ResumingServer(client_manager=SimpleClientManager(), strategy=strategy, completed_rounds=completed)
+    return ServerAppComponents(server=server, config=server_config(config, remaining))
+
+
 def make_server_fn(overrides: Mapping[str, Any] | None = None):
     """A ``server_fn`` whose run config is Flower's, with ``overrides`` on top."""
 
     def server_fn(context: Context) -> ServerAppComponents:
-        config = resolve_run_config({**context.run_config, **(overrides or {})})
-        strategy = build_strategy(config)
-        return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=int(config["num-rounds"])))
+        return server_components(resolve_run_config({**context.run_config, **(overrides or {})}))
 
     return server_fn
 

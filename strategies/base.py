@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -34,10 +37,19 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 from torch import nn
 
-from fedapp.aggregation import Arrays, update_problem
+from fedapp.aggregation import Arrays, metrics_problem, update_problem
+from fedapp.checkpoint import FILENAME as CHECKPOINT_FILE
+from fedapp.checkpoint import (
+    ServerCheckpoint,
+    check_resumable,
+    load_checkpoint,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+)
 from fedapp.clientdata import check_data
 from fedapp.config import RunConfig, held_out_partitions
-from fedapp.errors import ConfigError
+from fedapp.errors import ConfigError, StateError
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
 from fedapp.models import build_model
 from fedapp.registry import strategy_class
@@ -71,6 +83,8 @@ class _RoundLog:
     params_up: list[int] = field(default_factory=list)
     params_down: list[int] = field(default_factory=list)
     train_flops: int = 0
+    left_out: list[str] = field(default_factory=list)
+    skipped: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -122,6 +136,7 @@ class FedAppStrategy(Strategy):
         self._global: Arrays = []
         self._held_out = held_out_partitions(config.values)
         self._partition_of: dict[str, int] = {}
+        self.completed_rounds = 0  # rounds a resumed run had finished before this process
 
     @classmethod
     def from_config(cls: type[_S], config: RunConfig, *, record: bool = False) -> _S:
@@ -179,7 +194,12 @@ class FedAppStrategy(Strategy):
         recorder = None
         if record:
             recorder = RunRecorder(
-                config["results-dir"], config.run_name, config.as_dict(), float(config["target-accuracy"])
+                config["results-dir"],
+                config.run_name,
+                config.as_dict(),
+                float(config["target-accuracy"]),
+                # A resumed run keeps its metrics until the checkpoint says which rounds count.
+                fresh=not config["resume"],
             )
             log.info("results go to %s", recorder.directory)
         return cls(config, source.num_classes, recorder, source.class_names)
@@ -192,6 +212,71 @@ class FedAppStrategy(Strategy):
         """The current global arrays: the initial ones after initialisation, then
         the latest aggregate (empty before the run starts, or when nothing is shared)."""
         return list(self._global)
+
+    # ----- checkpoints -------------------------------------------------------
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        """Where this run's checkpoint lives (None when no results folder is written)."""
+        return None if self.recorder is None else self.recorder.directory / CHECKPOINT_FILE
+
+    def strategy_state(self) -> dict[str, np.ndarray]:
+        """Method state outside the global arrays that a resumed run needs (default: none)."""
+        return {}
+
+    def load_strategy_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore what :meth:`strategy_state` returned."""
+        if state:
+            raise StateError(f"{type(self).__name__} keeps no strategy state, but the checkpoint has {sorted(state)}")
+
+    def save_checkpoint(self, server_round: int) -> Path | None:
+        """Write everything needed to continue after ``server_round``."""
+        path = self.checkpoint_path
+        if path is None:
+            return None
+        checkpoint = ServerCheckpoint(
+            round=server_round,
+            config=self.config.as_dict(),
+            global_arrays=list(self._global),
+            strategy_state=self.strategy_state(),
+            totals={
+                "mb_cumulative": self._mb_cumulative,
+                "params_cumulative": self._params_cumulative,
+                "flops_cumulative": self._flops_cumulative,
+            },
+            records=[asdict(r) for r in self.history],
+            rng=rng_state(),
+        )
+        return save_checkpoint(path, checkpoint)
+
+    def resume(self) -> int:
+        """Continue from this run's checkpoint; returns the rounds it had completed.
+
+        Restores the global arrays, the method's state, the running totals, the
+        records so far (``metrics.jsonl`` is rewritten to exactly those rounds)
+        and the random number generators. A missing, corrupt or mismatched
+        checkpoint raises :class:`~fedapp.errors.StateError`.
+        """
+        path = self.checkpoint_path
+        if path is None:
+            raise StateError("resume needs a results folder (results-dir/run-name) to read the checkpoint from")
+        checkpoint = load_checkpoint(path)
+        check_resumable(checkpoint, self.config.as_dict(), path)
+        fresh = self.initial_arrays()
+        if [(a.shape, a.dtype) for a in fresh] != [(a.shape, a.dtype) for a in checkpoint.global_arrays]:
+            raise StateError(f"checkpoint {path} holds global arrays of other shapes than this method builds")
+        self.load_strategy_state(checkpoint.strategy_state)
+        self._global = checkpoint.global_arrays
+        self._mb_cumulative = checkpoint.totals["mb_cumulative"]
+        self._params_cumulative = int(checkpoint.totals["params_cumulative"])
+        self._flops_cumulative = int(checkpoint.totals["flops_cumulative"])
+        self.history = [RoundRecord(**row) for row in checkpoint.records]
+        if self.recorder is not None:
+            self.recorder.restore(self.history)
+        restore_rng_state(checkpoint.rng)
+        self.completed_rounds = checkpoint.round
+        log.info("resuming %s after round %d from %s", self.config.run_name, checkpoint.round, path)
+        return checkpoint.round
 
     def zoo_model(self, name: str) -> nn.Module:
         """A zoo model for this task (same shapes as the clients build)."""
@@ -222,7 +307,8 @@ class FedAppStrategy(Strategy):
     # ----- Flower Strategy interface -----------------------------------------
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        self._global = self.initial_arrays()
+        if not self.completed_rounds:  # a resumed run starts from its checkpoint's arrays
+            self._global = self.initial_arrays()
         return ndarrays_to_parameters(self._global)
 
     def configure_fit(
@@ -244,11 +330,14 @@ class FedAppStrategy(Strategy):
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
         round_log = self._round_log.setdefault(server_round, _RoundLog())
         updates = self._validated(server_round, results, round_log)
-        round_log.clients_failed += len(failures)
         for failure in failures:
-            log.warning("round %d: a client failed: %r", server_round, failure)
+            reason = self._failure_reason(failure)
+            log.warning("round %d: left out %s", server_round, reason)
+            round_log.left_out.append(reason)
+        round_log.clients_failed += len(failures)
         round_log.clients_fit = len(updates)
         if len(updates) < int(self.config["min-clients"]) or not updates:
+            round_log.skipped = True
             log.warning(
                 "round %d: %d usable updates, fewer than min-clients = %d; keeping the previous global state",
                 server_round,
@@ -279,6 +368,8 @@ class FedAppStrategy(Strategy):
         results: list[tuple[ClientProxy, EvaluateRes]],
         failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
     ) -> tuple[float | None, dict[str, Scalar]]:
+        # Replies arrive in completion order; sorting by value makes the sums below reproducible.
+        results = sorted(results, key=lambda pr: (float(pr[1].metrics.get("accuracy", math.nan)), pr[1].num_examples))
         held_out = [(p, r) for p, r in results if self._partition_of.get(p.cid) in self._held_out]
         results = [(p, r) for p, r in results if self._partition_of.get(p.cid) not in self._held_out]
         stats = AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in results])
@@ -306,27 +397,37 @@ class FedAppStrategy(Strategy):
     def _sample(
         self, server_round: int, client_manager: ClientManager, fraction: float, salt: int, training: bool
     ) -> list[ClientProxy]:
-        """Pick clients as a function of (seed, round) only, over a sorted pool.
+        """Pick clients as a function of (seed, round) only, over the pool sorted by partition.
 
-        Held-out clients are never picked to train; they are evaluated only
-        when the method has a global state for them to use.
+        Node ids differ from one run (or restart) to the next; partitions do
+        not, so whenever not everyone is picked the nodes are asked their
+        partition once. Held-out clients are never picked to train; they are
+        evaluated only when the method has a global state for them to use.
         """
         min_clients = int(self.config["min-clients"])
         client_manager.wait_for(min_clients)
         pool = client_manager.all()
-        if self._held_out:
+        if self._held_out or fraction < 1.0:
+            self._ask_partitions(list(pool.values()), server_round)
             keep_held_out = not training and self.has_global_model
             pool = {
                 cid: proxy
                 for cid, proxy in pool.items()
-                if (partition := self._partition(proxy, server_round)) is not None
+                if (partition := self._partition_of.get(cid)) is not None
                 and (keep_held_out or partition not in self._held_out)
             }
-        ids = sorted(pool)
+        ids = sorted(pool, key=lambda cid: (self._partition_of.get(cid, -1), cid))
         count = min(len(ids), max(min_clients, math.ceil(fraction * len(ids))))
         rng = np.random.default_rng([int(self.config["seed"]), server_round, salt])
         chosen = sorted(rng.choice(len(ids), size=count, replace=False)) if count < len(ids) else range(len(ids))
         return [pool[ids[i]] for i in chosen]
+
+    def _ask_partitions(self, proxies: list[ClientProxy], server_round: int) -> None:
+        """Learn the partition of every node not asked yet, all at once."""
+        missing = [proxy for proxy in proxies if proxy.cid not in self._partition_of]
+        if missing:
+            with ThreadPoolExecutor(max_workers=min(16, len(missing))) as pool:
+                list(pool.map(lambda proxy: self._partition(proxy, server_round), missing))
 
     def _partition(self, proxy: ClientProxy, server_round: int) -> int | None:
         """The client's partition id, asked once (None if it does not answer)."""
@@ -342,6 +443,8 @@ class FedAppStrategy(Strategy):
     def _validated(
         self, server_round: int, results: list[tuple[ClientProxy, FitRes]], round_log: _RoundLog
     ) -> list[ClientUpdate]:
+        """The usable replies of a round; every other one is logged, counted as
+        failed and its reason kept for the round's metrics line."""
         expected = self.expected_update()
         updates = []
         for proxy, res in results:
@@ -351,16 +454,38 @@ class FedAppStrategy(Strategy):
             except Exception as err:
                 problem = f"undecodable payload ({err})"
             else:
-                problem = update_problem(arrays, res.num_examples, expected)
+                problem = update_problem(arrays, res.num_examples, expected) or metrics_problem(res.metrics)
             if problem is not None:
-                log.warning("round %d: left out client %s: %s", server_round, proxy.cid, problem)
+                reason = f"{self._client_name(proxy, res.metrics)}: {problem}"
+                log.warning("round %d: left out %s", server_round, reason)
+                round_log.left_out.append(reason)
                 round_log.clients_failed += 1
                 continue
             round_log.bytes_up.append(up)
             round_log.params_up.append(_num_params(arrays))
             round_log.train_flops += int(res.metrics.get("train_flops", 0))
             updates.append(ClientUpdate(proxy.cid, arrays, res.num_examples, dict(res.metrics), up))
+        # Replies arrive in completion order; a fixed order keeps float sums, and so runs, reproducible.
+        updates.sort(key=lambda u: (int(u.metrics.get("partition_id", -1)), u.cid))
         return updates
+
+    def _client_name(self, proxy: ClientProxy, metrics: dict[str, Scalar] | None = None) -> str:
+        """The client's node id, and its partition when known (asked, or reported with its update)."""
+        partition = self._partition_of.get(proxy.cid, (metrics or {}).get("partition_id"))
+        return f"client {proxy.cid}" + ("" if partition is None else f" (partition {partition})")
+
+    def _failure_reason(self, failure: tuple[ClientProxy, FitRes] | BaseException) -> str:
+        """One line on why a client sent no usable reply (an error, a lost node, a timeout)."""
+        if isinstance(failure, BaseException):
+            # Flower's legacy server hands over the bare exception, without the client's proxy.
+            text = f"{type(failure).__name__}: {failure}"
+            timeout = float(self.config["round-timeout"])
+            if timeout > 0 and _TIMEOUT_HINT in text:
+                text = f"timed out (no reply within round-timeout = {timeout:g}s): {text}"
+            return "a client that failed: " + _shortened(text)
+        proxy, res = failure
+        name = self._client_name(proxy, res.metrics)
+        return _shortened(f"{name}: status {res.status.code.name}: {res.status.message}")
 
     def _record_round(
         self,
@@ -395,15 +520,40 @@ class FedAppStrategy(Strategy):
             train_flops_round=round_log.train_flops,
             train_flops_cumulative=self._flops_cumulative,
             round_seconds=time.perf_counter() - round_log.started,
-            extra={"eval_failures": len(failures), **round_log.extra, **eval_extra},
+            extra={
+                "eval_failures": len(failures),
+                "left_out_reasons": list(round_log.left_out),
+                "round_skipped": round_log.skipped,
+                **round_log.extra,
+                **eval_extra,
+            },
         )
         self.history.append(record)
         num_rounds = int(self.config["num-rounds"])
         log.info(progress_line(record, num_rounds))
         if self.recorder is not None:
             self.recorder.add(record)
+            self.save_checkpoint(server_round)
             if server_round >= num_rounds:
                 self.recorder.write_plots()
+
+
+# What Flower's error reply says when a client's message outlived its TTL (the round timeout).
+_TIMEOUT_HINT = "expired"
+# Terminal colour codes that Ray puts into its error texts.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _shortened(text: str, head: int = 150, tail: int = 250) -> str:
+    """An error text on one line: its first line and its last (where a remote
+    traceback ends in the client's own message), each cut to length."""
+    lines = [" ".join(line.split()) for line in _ANSI_ESCAPE.sub("", text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first, last = lines[0], lines[-1]
+    if len(lines) == 1:
+        return first if len(first) <= head + tail else f"{first[:head]} ... {first[-tail:]}"
+    return f"{first[:head]} ... {last[-tail:]}"
 
 
 # Client metrics that are bookkeeping or already summarised elsewhere.

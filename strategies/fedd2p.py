@@ -13,8 +13,11 @@ from __future__ import annotations
 import functools
 import logging
 
+import numpy as np
+import torch
+
 from fedapp.aggregation import Arrays
-from fedapp.errors import ConfigError, ModelError
+from fedapp.errors import ConfigError, ModelError, StateError
 from fedapp.methods.fedd2p import ServerKnowledgeModel, class_descriptions, global_knowledge, train_generator
 from fedapp.models import load_open_clip
 from fedapp.models.vpt import vision_tower_shape
@@ -59,6 +62,22 @@ class FedD2PStrategy(PerClassStrategy):
             seed=int(cfg["seed"]),
         )
         return model.to(device)
+
+    def strategy_state(self) -> dict[str, np.ndarray]:
+        """The prompt generator's weights, once it exists (CLIP itself is frozen)."""
+        if "knowledge_model" not in self.__dict__:
+            return {}
+        weights = self.knowledge_model.generator.state_dict()
+        return {f"generator.{name}": value.detach().cpu().numpy() for name, value in weights.items()}
+
+    def load_strategy_state(self, state: dict[str, np.ndarray]) -> None:
+        if not state:
+            return
+        weights = {name.removeprefix("generator."): torch.from_numpy(value) for name, value in state.items()}
+        try:
+            self.knowledge_model.generator.load_state_dict(weights)
+        except RuntimeError as err:
+            raise StateError(f"the checkpoint's prompt generator does not fit this configuration: {err}") from err
 
     def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
         pooled, present = super().aggregate_updates(server_round, updates)

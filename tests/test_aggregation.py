@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.common import ndarrays_to_parameters
 
-from fedapp.aggregation import update_problem, weighted_average
+from fedapp.aggregation import metrics_problem, update_problem, weighted_average
 from fedapp.metrics import AccuracyStats, payload_bytes
 
 
@@ -26,6 +26,25 @@ def test_update_problem_names_each_defect():
     assert "NaN or Inf" in update_problem([np.full((2, 3), np.inf, np.float32)], 5, ref)
     assert "non-positive" in update_problem([np.ones((2, 3), np.float32)], 0, ref)
     assert "arrays, expected" in update_problem([], 5, ref)
+    assert "non-positive" in update_problem([np.ones((2, 3), np.float32)], -4, ref)
+    assert "not an integer" in update_problem([np.ones((2, 3), np.float32)], 2.5, ref)
+
+
+def test_update_problem_refuses_negative_counts_and_non_finite_values_without_a_layout():
+    # Per-class uploads end in integer class counts; a negative one would subtract from other clients'.
+    counts = np.array([3, -1, 0], dtype=np.int64)
+    assert "negative counts" in update_problem([np.zeros((3, 2), np.float32), counts], 5, None)
+    assert update_problem([np.zeros((3, 2), np.float32), np.abs(counts)], 5, None) is None
+    assert "NaN or Inf" in update_problem([np.array([1.0, np.nan])], 5, None)
+
+
+def test_metrics_problem_checks_what_the_server_aggregates():
+    assert metrics_problem({"train_loss": 0.3, "train_flops": 10, "note": "anything"}) is None
+    assert metrics_problem({}) is None  # a method that reports no loss is fine
+    assert "NaN or Inf" in metrics_problem({"train_loss": float("nan")})
+    assert "NaN or Inf" in metrics_problem({"train_flops": float("inf")})
+    assert "not a number" in metrics_problem({"train_loss": "low"})
+    assert "negative" in metrics_problem({"train_flops": -1})
 
 
 def test_payload_bytes_is_the_serialized_size_of_the_arrays():

@@ -1,0 +1,200 @@
+"""Checkpoints, exact resume and determinism.
+
+A run "stopped after round 3 of 6" is the real ServerApp whose Flower loop
+ends after 3 rounds while its configuration still says 6: the state on disk
+is then what a killed server leaves (the checkpoint is rewritten after every
+round), and ``resume=true`` must finish it with the metrics of a run that was
+never interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from flwr.server import ServerApp, ServerConfig
+from flwr.simulation import run_simulation
+
+from fedapp.checkpoint import (
+    ServerCheckpoint,
+    check_resumable,
+    load_checkpoint,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+)
+from fedapp.client_app import make_client_app
+from fedapp.config import resolve_run_config
+from fedapp.errors import StateError
+from fedapp.metrics import read_metrics
+from fedapp.server_app import server_components
+
+BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
+TIMINGS = {"round_seconds"}
+
+
+def checkpoint(round_: int = 2, method: str = "fedavg") -> ServerCheckpoint:
+    return ServerCheckpoint(
+        round=round_,
+        config=resolve_run_config({"method": method}).as_dict(),
+        global_arrays=[np.arange(6, dtype=np.float32).reshape(2, 3), np.array([3], dtype=np.int64)],
+        strategy_state={"generator.weight": np.ones((2, 2), np.float32)},
+        totals={"mb_cumulative": 1.5, "params_cumulative": 12.0, "flops_cumulative": 7.0},
+        records=[{"round": 1, "acc_mean": float("nan")}],
+        rng=rng_state(),
+    )
+
+
+def test_checkpoint_round_trip(tmp_path):
+    saved = checkpoint()
+    loaded = load_checkpoint(save_checkpoint(tmp_path / "checkpoint.npz", saved))
+    assert loaded.round == 2 and loaded.method == "fedavg" and loaded.config == saved.config
+    for got, want in zip(loaded.global_arrays, saved.global_arrays, strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(loaded.strategy_state["generator.weight"], saved.strategy_state["generator.weight"])
+    assert loaded.totals == saved.totals
+    assert np.isnan(loaded.records[0]["acc_mean"])
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]  # no temporary file left behind
+
+
+def test_rng_state_restores_every_generator():
+    state = rng_state()
+    first = (random.random(), np.random.rand(), torch.rand(3))
+    restore_rng_state(state)
+    again = (random.random(), np.random.rand(), torch.rand(3))
+    assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: p.write_bytes(b"not a zip file"), "corrupt or not a fedapp checkpoint"),
+        (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "corrupt or not a fedapp checkpoint"),
+        (lambda p: p.unlink(), "no checkpoint at"),
+    ],
+    ids=["garbage", "truncated", "missing"],
+)
+def test_damaged_checkpoint_is_refused(tmp_path, damage, message):
+    path = save_checkpoint(tmp_path / "checkpoint.npz", checkpoint())
+    damage(path)
+    with pytest.raises(StateError, match=message):
+        load_checkpoint(path)
+
+
+def test_checkpoint_without_its_arrays_is_refused(tmp_path):
+    path = save_checkpoint(tmp_path / "checkpoint.npz", checkpoint())
+    with zipfile.ZipFile(path) as original, zipfile.ZipFile(tmp_path / "cut.npz", "w") as cut:
+        for item in original.namelist():
+            if item != "global/1.npy":
+                cut.writestr(item, original.read(item))
+    with pytest.raises(StateError, match="incomplete"):
+        load_checkpoint(tmp_path / "cut.npz")
+
+
+def test_checkpoint_of_another_method_or_other_settings_is_refused(tmp_path):
+    path = tmp_path / "checkpoint.npz"
+    with pytest.raises(StateError, match="belongs to method 'fedavg', not 'standalone'"):
+        check_resumable(checkpoint(), resolve_run_config({"method": "standalone"}).as_dict(), path)
+    with pytest.raises(StateError, match=r"lr: 0\.05 -> 0\.5"):
+        check_resumable(checkpoint(), resolve_run_config({"method": "fedavg", "lr": 0.5}).as_dict(), path)
+    # More rounds, another device or results folder: the same computation, carried on.
+    check_resumable(checkpoint(), resolve_run_config({"num-rounds": 30, "resume": True}).as_dict(), path)
+
+
+# ----- simulations -----------------------------------------------------------------------------------------------
+
+
+def run_config(tmp_path, name: str, **overrides) -> dict:
+    return {
+        "results-dir": str(tmp_path / name),
+        "state-dir": str(tmp_path / name / "client-state"),
+        "run-name": "run",
+        "num-partitions": 4,
+        "batch-size": 32,
+        **overrides,
+    }
+
+
+def simulate(tmp_path, name: str, stop_after: int | None = None, **overrides) -> list[dict]:
+    """Run the project's ServerApp (Flower's loop cut at ``stop_after`` rounds, if given); return metrics."""
+    overrides = run_config(tmp_path, name, **overrides)
+
+    def server_fn(context):
+        components = server_components(resolve_run_config({**context.run_config, **overrides}))
+        if stop_after is not None:
+            components.config = ServerConfig(num_rounds=stop_after)
+        return components
+
+    run_simulation(ServerApp(server_fn=server_fn), make_client_app(overrides), num_supernodes=4, backend_config=BACKEND)
+    return read_metrics(tmp_path / name / "run" / "metrics.jsonl")
+
+
+def without_timings(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMINGS} for row in rows]
+
+
+FEDAVG = {"method": "fedavg", "model": "cnn-5", "num-rounds": 6, "fraction-fit": 0.5, "min-clients": 2}
+
+
+@pytest.fixture(scope="module")
+def fedavg_uninterrupted(tmp_path_factory):
+    return simulate(tmp_path_factory.mktemp("fedavg"), "whole", **FEDAVG)
+
+
+@pytest.mark.slow
+def test_same_seed_gives_identical_metrics(tmp_path, fedavg_uninterrupted):
+    again = simulate(tmp_path, "again", **FEDAVG)
+    assert [r["round"] for r in again] == list(range(1, 7))
+    assert without_timings(again) == without_timings(fedavg_uninterrupted)
+    # Half the clients train each round: which half depends on (seed, round) only.
+    assert {r["clients_fit"] for r in again} == {2}
+    other_seed = simulate(tmp_path, "seed-1", **{**FEDAVG, "num-rounds": 1, "seed": 1})
+    assert without_timings(other_seed) != without_timings(fedavg_uninterrupted[:1])
+
+
+@pytest.mark.slow
+def test_fedavg_stopped_after_round_3_resumes_to_the_same_metrics(tmp_path, fedavg_uninterrupted):
+    first = simulate(tmp_path, "stopped", stop_after=3, **FEDAVG)
+    assert [r["round"] for r in first] == [1, 2, 3]
+    assert load_checkpoint(tmp_path / "stopped" / "run" / "checkpoint.npz").round == 3
+    resumed = simulate(tmp_path, "stopped", resume=True, **FEDAVG)
+    assert without_timings(resumed) == without_timings(fedavg_uninterrupted)
+    summary = json.loads((tmp_path / "stopped" / "run" / "summary.json").read_text())
+    assert summary["rounds"] == 6 and summary["final_acc_mean"] == fedavg_uninterrupted[-1]["acc_mean"]
+
+
+@pytest.mark.slow
+def test_fedd2p_resume_restores_the_generator_and_client_state(tmp_path):
+    """FedD2P's server trains a prompt generator (strategy state) and its clients keep
+    personal CNNs (on disk): both must carry over for the metrics to match."""
+    config = {
+        "method": "fedd2p",
+        "num-rounds": 3,
+        "client-models": "vgg-2,vgg-3",
+        "d2p-steps": 5,
+        "shots-per-class": 10,
+        "state": "disk",
+    }
+    whole = simulate(tmp_path, "whole", **config)
+    simulate(tmp_path, "stopped", stop_after=2, **config)
+    saved = load_checkpoint(tmp_path / "stopped" / "run" / "checkpoint.npz")
+    assert saved.round == 2 and any(name.startswith("generator.") for name in saved.strategy_state)
+    resumed = simulate(tmp_path, "stopped", resume=True, **config)
+    assert without_timings(resumed) == without_timings(whole)
+
+
+@pytest.mark.slow
+def test_resume_with_other_settings_stops_before_any_round(tmp_path):
+    simulate(tmp_path, "run", stop_after=1, **{**FEDAVG, "num-rounds": 3})
+    before = (tmp_path / "run" / "run" / "metrics.jsonl").read_text()
+    overrides = run_config(tmp_path, "run", **{**FEDAVG, "num-rounds": 3, "resume": True})
+    with pytest.raises(StateError, match=r"other settings \(lr: 0\.05 -> 0\.5\)"):
+        server_components(resolve_run_config({**overrides, "lr": 0.5}))
+    with pytest.raises(StateError, match="belongs to method 'fedavg', not 'standalone'"):
+        server_components(resolve_run_config({**overrides, "method": "standalone"}))
+    # Nothing was lost: the stopped run's metrics are untouched.
+    assert (tmp_path / "run" / "run" / "metrics.jsonl").read_text() == before
