@@ -44,6 +44,7 @@ class FedAppClient(NumPyClient):
         self.data = data
         self.store = store
         self.device = device
+        self.trained_round: int | None = None  # the round train_model last trained for
 
     @property
     def partition_id(self) -> int:
@@ -96,6 +97,7 @@ class FedAppClient(NumPyClient):
         """Local training with the configured epochs (unless ``epochs`` says otherwise),
         batch size and optimiser, on the client's training images unless ``data`` says otherwise."""
         cfg = self.config
+        self.trained_round = server_round  # echoed in fit_metrics, so the server can refuse stale replies
         return train(
             model,
             self.data.train if data is None else data,
@@ -141,6 +143,8 @@ class FedAppClient(NumPyClient):
         return {
             "train_loss": result.loss,
             "partition_id": self.partition_id,
+            # Echoed so the server can refuse a reply meant for another round.
+            **({} if self.trained_round is None else {"server_round": self.trained_round}),
             "train_flops": sample_flops * self.epoch_samples(epochs),
         }
 

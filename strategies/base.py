@@ -454,7 +454,11 @@ class FedAppStrategy(Strategy):
             except Exception as err:
                 problem = f"undecodable payload ({err})"
             else:
-                problem = update_problem(arrays, res.num_examples, expected) or metrics_problem(res.metrics)
+                problem = (
+                    _round_problem(res.metrics, server_round)
+                    or update_problem(arrays, res.num_examples, expected)
+                    or metrics_problem(res.metrics)
+                )
             if problem is not None:
                 reason = f"{self._client_name(proxy, res.metrics)}: {problem}"
                 log.warning("round %d: left out %s", server_round, reason)
@@ -557,7 +561,15 @@ def _shortened(text: str, head: int = 150, tail: int = 250) -> str:
 
 
 # Client metrics that are bookkeeping or already summarised elsewhere.
-_NOT_AVERAGED = {"train_loss", "partition_id", "accuracy", "train_flops"}
+_NOT_AVERAGED = {"train_loss", "partition_id", "accuracy", "train_flops", "server_round"}
+
+
+def _round_problem(metrics: dict[str, Scalar], server_round: int) -> str | None:
+    """A reply that says it was trained for another round (a late or replayed message) is refused."""
+    replied = metrics.get("server_round")
+    if replied is not None and replied != server_round:
+        return f"reply for round {replied} arrived in round {server_round}"
+    return None
 
 
 def _num_params(arrays: Arrays) -> int:
