@@ -19,7 +19,9 @@ from flwr.common import Context
 from fedapp.clientdata import load_client_data
 from fedapp.config import RunConfig, resolve_run_config
 from fedapp.errors import ConfigError
+from fedapp.privacy import dp_clipping_mod
 from fedapp.registry import client_class
+from fedapp.secure_aggregation import secagg_client_mod
 from fedapp.state import DiskStateStore, MemoryStateStore, StateStore
 from fedapp.training import select_device
 
@@ -74,8 +76,14 @@ def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown
 
 def make_client_app(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False) -> ClientApp:
     """A ClientApp for this project (``overrides`` let tests and scripts set keys;
-    ``ignore_unknown`` as in :func:`make_client_fn`)."""
-    return ClientApp(client_fn=make_client_fn(overrides, ignore_unknown=ignore_unknown))
+    ``ignore_unknown`` as in :func:`make_client_fn`). Its SecAgg+ mod acts only in
+    SecAgg+ rounds (``secagg = true``); other messages pass through."""
+    return ClientApp(
+        client_fn=make_client_fn(overrides, ignore_unknown=ignore_unknown),
+        # dp_clipping_mod clips only when the server sends a clipping norm (dp = client); inner to
+        # SecAgg+'s, so that an update is clipped before it is masked.
+        mods=[secagg_client_mod(overrides, ignore_unknown=ignore_unknown), dp_clipping_mod],
+    )
 
 
 app = make_client_app()

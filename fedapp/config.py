@@ -191,6 +191,31 @@ SCHEMA: dict[str, Key] = {
     "state-dir": Key(str, "state", "root of on-disk client state (state = disk)"),
     "device": Key(str, "auto", "torch device for local training", choices=DEVICES),
     "target-accuracy": Key(float, 0.8, "accuracy for the rounds/MB-to-target summary", low=0.0, high=1.0),
+    "dp": Key(
+        str,
+        "off",
+        "client-level differential privacy: off, server (server clips) or client (clients clip)",
+        choices=("off", "server", "client"),
+    ),
+    "dp-noise-multiplier": Key(float, 1.0, "DP Gaussian noise std per unit of clipping norm (sigma)", low=0.0),
+    "dp-clipping-norm": Key(float, 1.0, "DP bound C on the L2 norm of each client's update", low=0.0, low_open=True),
+    "dp-delta": Key(float, 1e-5, "DP delta of the reported epsilon (0 < delta < 1)", low=0.0, low_open=True),
+    "secagg": Key(bool, False, "secure aggregation (SecAgg+): the server sees only the average of the uploads"),
+    "secagg-num-shares": Key(
+        float, 1.0, "SecAgg+ shares per secret: <= 1 a share of a round's clients, else a count", low=0.0, low_open=True
+    ),
+    "secagg-reconstruction-threshold": Key(
+        float, 0.67, "SecAgg+ shares that rebuild a secret: <= 1 a share of them, else a count", low=0.0, low_open=True
+    ),
+    "secagg-clipping-range": Key(
+        float, 8.0, "SecAgg+ clips every uploaded value to [-range, range] before quantizing", low=0.0, low_open=True
+    ),
+    "secagg-quantization-range": Key(
+        int, 4194304, "SecAgg+ integer levels over the clipping range (default 2**22)", low=2, high=2**31
+    ),
+    "secagg-max-weight": Key(
+        float, 1000.0, "SecAgg+ largest example count a client is expected to report", low=0.0, low_open=True
+    ),
 }
 
 
@@ -425,6 +450,22 @@ def _check_clients(v: dict[str, Scalar]) -> None:
         )
 
 
+def _check_secagg(v: dict[str, Scalar]) -> None:
+    if v["secagg"]:
+        from fedapp.secure_aggregation import check_secagg_config  # noqa: PLC0415 - flwr only when needed
+
+        check_secagg_config(v)
+
+
+def _check_dp(v: dict[str, Scalar]) -> None:
+    if float(v["dp-delta"]) >= 1:
+        raise ConfigError(f"config key 'dp-delta' = {v['dp-delta']!r} must be < 1")
+    if v["dp"] != "off":
+        from fedapp.privacy import check_dp_config  # noqa: PLC0415 - flwr only when needed
+
+        check_dp_config(v)
+
+
 def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
     if v["method"] == "sdfed":
         from fedapp.methods.sdfed import parse_local_lengths  # noqa: PLC0415 - torch only when needed
@@ -440,4 +481,6 @@ _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
     _check_clients,
     _check_held_out,
     _check_vision_tower,
+    _check_dp,
+    _check_secagg,
 )

@@ -108,6 +108,8 @@ class RunRecorder:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.target_accuracy = target_accuracy
         self.records: list[RoundRecord] = []
+        # Run-level fields a wrapper adds to summary.json (e.g. the privacy budget, fedapp.privacy).
+        self.summary_extra: dict[str, Any] = {}
         (self.directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
         self.metrics_path = self.directory / "metrics.jsonl"
         if fresh:  # a rerun under the same name starts a fresh metrics file
@@ -127,7 +129,7 @@ class RunRecorder:
 
     def summary(self) -> dict[str, Any]:
         if not self.records:
-            return {"rounds": 0}
+            return {"rounds": 0, **self.summary_extra}
         last = self.records[-1]
         reached = next((r for r in self.records if r.acc_mean >= self.target_accuracy), None)
         return {
@@ -150,6 +152,7 @@ class RunRecorder:
             "mb_to_target": None if reached is None else reached.mb_cumulative,
             "params_to_target": None if reached is None else reached.params_cumulative,
             "train_flops_to_target": None if reached is None else reached.train_flops_cumulative,
+            **self.summary_extra,
         }
 
     def write_summary(self) -> None:

@@ -7,11 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from flwr.common import Context
-from flwr.server import ClientManager, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
+from flwr.server import ClientManager, Grid, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
+from flwr.server.compat import start_grid
 from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
+from fedapp.privacy import wrap_for_privacy
 from fedapp.registry import strategy_class
+from fedapp.secure_aggregation import run_secagg
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -57,6 +60,7 @@ def server_components(config: RunConfig) -> ServerAppComponents:
     """The strategy (resumed from its checkpoint when ``resume``) and a server for the remaining rounds."""
     strategy = build_strategy(config)
     completed = strategy.resume() if config["resume"] else 0
+    strategy = wrap_for_privacy(strategy, config)  # itself unless dp is on
     remaining = max(int(config["num-rounds"]) - completed, 0)
     if remaining == 0:
         log.info("the checkpoint has all %d rounds already; nothing left to run", completed)
@@ -74,8 +78,24 @@ def make_server_fn(overrides: Mapping[str, Any] | None = None):
 
 
 def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
-    """A ServerApp for this project (``overrides`` let tests and scripts set keys)."""
-    return ServerApp(server_fn=make_server_fn(overrides))
+    """A ServerApp for this project (``overrides`` let tests and scripts set keys).
+
+    It runs :func:`server_components`' legacy server, as ``ServerApp(server_fn=...)``
+    would; with ``secagg = true`` the same strategy goes through Flower's
+    ``DefaultWorkflow`` with SecAgg+ fit rounds instead (:mod:`fedapp.secure_aggregation`).
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        config = resolve_run_config({**context.run_config, **(overrides or {})})
+        components = server_components(config)
+        if config["secagg"]:
+            run_secagg(grid, context, components.server.strategy, config, components.config)
+        else:  # what Flower's compatibility mode does with a server_fn's components
+            start_grid(grid=grid, server=components.server, config=components.config)
+
+    return app
 
 
 app = make_server_app()

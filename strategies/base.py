@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from flwr.common import (
@@ -53,6 +53,9 @@ from fedapp.errors import ConfigError, StateError
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
 from fedapp.models import build_model
 from fedapp.registry import strategy_class
+
+if TYPE_CHECKING:
+    from fedapp.secure_aggregation import SecAggReplies
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -113,6 +116,9 @@ class FedAppStrategy(Strategy):
 
     #: Whether the method keeps one global model whose accuracy is meaningful.
     has_global_model: bool = True
+    #: Set by :func:`fedapp.secure_aggregation.run_secagg` when rounds run under SecAgg+:
+    #: every fit reply then carries the round's unmasked aggregate, not the client's arrays.
+    secure_aggregation: SecAggReplies | None = None
 
     def __init__(
         self,
@@ -296,6 +302,13 @@ class FedAppStrategy(Strategy):
         """Per-round instructions sent with the global arrays."""
         return {"server-round": server_round}
 
+    def skip_round(self, server_round: int, reason: str) -> None:
+        """Note that ``server_round`` produced no aggregate (the global state stays), and why."""
+        round_log = self._round_log.setdefault(server_round, _RoundLog())
+        round_log.skipped = True
+        round_log.left_out.append(reason)
+        log.warning("round %d: %s; keeping the previous global state", server_round, reason)
+
     def add_round_metric(self, server_round: int, name: str, value: float) -> None:
         """Log a server-side figure of this round (e.g. a loss) in its metrics line."""
         self._round_log.setdefault(server_round, _RoundLog()).extra[name] = value
@@ -329,28 +342,34 @@ class FedAppStrategy(Strategy):
         failures: list[tuple[ClientProxy, FitRes] | BaseException],
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
         round_log = self._round_log.setdefault(server_round, _RoundLog())
-        updates = self._validated(server_round, results, round_log)
+        if self.secure_aggregation is not None:
+            # One reply per participant, all carrying the same aggregate: count and weigh
+            # the participants, aggregate the one pre-averaged update.
+            updates, to_aggregate = self.secure_aggregation.updates(self, server_round, results, round_log)
+        else:
+            updates = to_aggregate = self._validated(server_round, results, round_log)
         for failure in failures:
             reason = self._failure_reason(failure)
             log.warning("round %d: left out %s", server_round, reason)
             round_log.left_out.append(reason)
         round_log.clients_failed += len(failures)
         round_log.clients_fit = len(updates)
-        if len(updates) < int(self.config["min-clients"]) or not updates:
+        if len(updates) < int(self.config["min-clients"]) or not to_aggregate:
             round_log.skipped = True
-            log.warning(
-                "round %d: %d usable updates, fewer than min-clients = %d; keeping the previous global state",
-                server_round,
-                len(updates),
-                self.config["min-clients"],
-            )
+            if len(updates) < int(self.config["min-clients"]):  # else the secure aggregate was unusable (logged)
+                log.warning(
+                    "round %d: %d usable updates, fewer than min-clients = %d; keeping the previous global state",
+                    server_round,
+                    len(updates),
+                    self.config["min-clients"],
+                )
             return None, {}
         losses = [(float(u.metrics["train_loss"]), u.num_examples) for u in updates if "train_loss" in u.metrics]
         if losses:
             total = sum(n for _, n in losses)
             round_log.train_loss = sum(loss * n for loss, n in losses) / total
         round_log.extra.update(_mean_metrics([(u.metrics, u.num_examples) for u in updates], "fit"))
-        self._global = self.aggregate_updates(server_round, updates)
+        self._global = self.aggregate_updates(server_round, to_aggregate)
         return ndarrays_to_parameters(self._global), {"train_loss": round_log.train_loss}
 
     def configure_evaluate(

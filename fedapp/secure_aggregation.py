@@ -1,0 +1,396 @@
+"""Secure aggregation (SecAgg+) through Flower's ``secaggplus_mod`` and ``SecAggPlusWorkflow``.
+
+With ``secagg = true`` every client masks its upload before it leaves the
+device, and the server learns only the example-weighted average of the round's
+uploads, never one client's arrays. Each participant's example count and fit
+metrics still travel in the clear (SecAgg+ weights the sum by them).
+
+The pieces:
+
+* :func:`check_secagg_config`: the config rules (which methods, share counts,
+  quantization limits), run by :func:`fedapp.config.validate`;
+* :func:`secagg_client_mod`: the ClientApp mod; it runs Flower's
+  ``secaggplus_mod`` for the messages of a SecAgg+ round and passes every other
+  message through, so it is always installed;
+* :func:`run_secagg`: the ServerApp side; it drives the strategy through
+  ``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(...))``;
+* :class:`SecAggReplies`: what tells a :class:`~strategies.base.FedAppStrategy`
+  that the round's replies carry the unmasked aggregate rather than each
+  client's arrays.
+
+What ``SecAggPlusWorkflow`` hands to ``Strategy.aggregate_fit`` (Flower 1.42):
+one ``(proxy, FitRes)`` per client whose masked vector was summed, each with
+that client's own ``num_examples`` and ``metrics`` but all sharing one
+``Parameters``: the dequantized sum divided by the (quantized) sum of weights,
+i.e. the example-weighted *average*, as float64 arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from flwr.app import Context, Message
+from flwr.app.message_type import MessageType
+from flwr.client.mod import secaggplus_mod
+from flwr.common import FitRes, ndarray_to_bytes, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.server import ServerConfig, SimpleClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat import LegacyContext
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+from flwr.serverapp.grid import Grid
+
+from fedapp.aggregation import Arrays, metrics_problem, update_problem
+from fedapp.config import RunConfig, Scalar, resolve_run_config
+from fedapp.errors import ConfigError
+
+if TYPE_CHECKING:
+    from strategies.base import ClientUpdate, FedAppStrategy, _RoundLog
+
+log = logging.getLogger("flwr.fedapp")
+
+# Methods whose server computes nothing but the example-weighted average of the
+# uploaded float arrays (SharedModuleStrategy without an aggregate_updates of its
+# own): what SecAgg+ yields is then exactly the new global state.
+SECAGG_METHODS = (
+    "fedavg",
+    "pfedlora",
+    "lg-fedavg",
+    "fml",
+    "fedkd",
+    "promptfl",
+    "sdfed",
+    "head-fedavg",
+    "fedvpt",
+    "fedvpt-d",
+)
+_NOTHING_SHARED = "its clients upload nothing, so there is nothing to aggregate securely"
+_PER_CLASS = (
+    "its server merges per-class statistics weighted by integer class counts, which SecAgg+'s "
+    "example-weighted average of float arrays cannot compute"
+)
+REFUSED_METHODS = {
+    "standalone": _NOTHING_SHARED,
+    "coop-local": _NOTHING_SHARED,
+    "local-vpt": _NOTHING_SHARED,
+    "fedproto": _PER_CLASS,
+    "fd": _PER_CLASS,
+    "fedd2p": _PER_CLASS + ", and its server distils the merged soft labels",
+    "fedd2p-agg": _PER_CLASS,
+    "fedd2p-gt": _PER_CLASS,
+    "pep-fedpt": _PER_CLASS + " (its class prototypes, with momentum)",
+}
+# The masks are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
+MODULUS_RANGE = 2**32
+
+
+# ----- configuration ------------------------------------------------------------
+
+
+def _count_or_fraction(value: float) -> int | float:
+    """``secagg-num-shares`` / ``-reconstruction-threshold`` as Flower takes them:
+    a value <= 1 is a fraction (float), a larger one a count (int)."""
+    return float(value) if value <= 1 else int(value)
+
+
+def check_secagg_config(v: Mapping[str, Scalar]) -> None:
+    """The rules of a run with ``secagg = true`` (a ConfigError names the broken one)."""
+    method = str(v["method"])
+    if method not in SECAGG_METHODS:
+        reason = REFUSED_METHODS.get(method, "its server does more than average the uploads")
+        raise ConfigError(
+            f"config key 'secagg' = true: method '{method}' cannot use secure aggregation, because {reason}; "
+            f"methods that can: {', '.join(SECAGG_METHODS)}"
+        )
+    if v["resume"]:
+        raise ConfigError(
+            "config keys 'secagg' = true and 'resume' = true: resuming a run under secure aggregation is not "
+            "supported; start the run afresh (or resume with secagg = false)"
+        )
+    min_clients = int(v["min-clients"])
+    if min_clients < 2:
+        raise ConfigError(
+            f"config key 'min-clients' = {min_clients}: secure aggregation needs at least 2 clients per round "
+            "(one client's 'sum' would be its own upload); set min-clients >= 2"
+        )
+    shares = float(v["secagg-num-shares"])
+    if shares > 1 and (shares != int(shares) or shares < 3):
+        raise ConfigError(
+            f"config key 'secagg-num-shares' = {v['secagg-num-shares']}: a value > 1 is a number of shares and "
+            "must be a whole number >= 3 (a value <= 1 is a share of the round's clients; 1.0 = all of them)"
+        )
+    threshold = float(v["secagg-reconstruction-threshold"])
+    if threshold > 1:
+        if threshold != int(threshold):
+            raise ConfigError(
+                f"config key 'secagg-reconstruction-threshold' = {v['secagg-reconstruction-threshold']}: a value "
+                "> 1 is a number of shares and must be a whole number (a value <= 1 is a fraction of the shares)"
+            )
+        if shares > 1 and threshold >= shares:
+            raise ConfigError(
+                f"config key 'secagg-reconstruction-threshold' = {int(threshold)} must be less than "
+                f"'secagg-num-shares' = {int(shares)}"
+            )
+        if threshold > min_clients:
+            raise ConfigError(
+                f"config key 'secagg-reconstruction-threshold' = {int(threshold)} is more than 'min-clients' = "
+                f"{min_clients}: a round with min-clients participants could never unmask its sum"
+            )
+    levels = int(v["secagg-quantization-range"])
+    clients = int(v["num-partitions"])
+    if levels * clients >= MODULUS_RANGE:
+        raise ConfigError(
+            f"config key 'secagg-quantization-range' = {levels}: times 'num-partitions' = {clients} it reaches "
+            f"the modulus 2**32, so the masked sum could overflow; lower it below {MODULUS_RANGE // clients}"
+        )
+
+
+def secagg_workflow_options(config: RunConfig) -> dict[str, Any]:
+    """The keyword arguments of :class:`SecAggPlusWorkflow` for this run."""
+    timeout = float(config["round-timeout"])
+    return {
+        "num_shares": _count_or_fraction(float(config["secagg-num-shares"])),
+        "reconstruction_threshold": _count_or_fraction(float(config["secagg-reconstruction-threshold"])),
+        "max_weight": float(config["secagg-max-weight"]),
+        "clipping_range": float(config["secagg-clipping-range"]),
+        "quantization_range": int(config["secagg-quantization-range"]),
+        "modulus_range": MODULUS_RANGE,
+        "timeout": timeout if timeout > 0 else None,
+    }
+
+
+def error_bound(
+    num_examples: list[int], max_abs: float, clipping_range: float, quantization_range: int, max_weight: float
+) -> float:
+    """Largest difference, per value, between the SecAgg+ aggregate and the exact
+    example-weighted average of uploads whose values lie within ``max_abs``
+    (<= ``clipping_range``; larger values are clipped before masking).
+
+    Each client quantizes ``w_i * x`` with ``w_i ~ n_i / max_weight`` to
+    ``quantization_range`` levels over ``[-c, c]``: stochastic rounding (plus
+    float32 arithmetic) is off by under 2 levels per client, and the weights by
+    half a level. Dividing by ``W = sum(w_i)`` gives
+    ``n (4c + max_abs) / (quantization_range * W)``, plus float32 rounding.
+    """
+    clients = len(num_examples)
+    levels = float(quantization_range)
+    weight_sum = sum(num_examples) / max_weight - clients / (2 * levels)
+    return clients * (4 * clipping_range + max_abs) / (levels * weight_sum) + 2.0**-23 * max_abs
+
+
+# ----- client side ---------------------------------------------------------------
+
+
+def secagg_client_mod(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False) -> Callable:
+    """The ClientApp mod: Flower's ``secaggplus_mod`` for the messages of a SecAgg+ round.
+
+    ``secaggplus_mod`` itself requires the SecAgg+ config record in every train
+    message; this one passes a train message without it (a plain fit
+    instruction) through, unless the client's own run config (``overrides`` on
+    top of Flower's) says ``secagg = true``: then it refuses, so that a client
+    configured for secure aggregation never uploads its arrays unmasked.
+    """
+
+    def optional_secaggplus_mod(msg: Message, ctxt: Context, call_next: Callable) -> Message:
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return call_next(msg, ctxt)
+        if RECORD_KEY_CONFIGS in msg.content.config_records:
+            return secaggplus_mod(msg, ctxt, call_next)
+        if _wants_secagg({**ctxt.run_config, **(overrides or {})}, ignore_unknown):
+            raise ConfigError(
+                "this client runs with 'secagg' = true, but the server sent a plain fit instruction (no SecAgg+ "
+                "round); refusing to upload its arrays unmasked"
+            )
+        return call_next(msg, ctxt)
+
+    return optional_secaggplus_mod
+
+
+def _wants_secagg(run_config: Mapping[str, Any], ignore_unknown: bool) -> bool:
+    """Whether the run config turns secure aggregation on (a preset may)."""
+    if not run_config.get("preset") and run_config.get("secagg") is not True:
+        return False  # the common case, without validating the whole config per message
+    try:
+        return bool(resolve_run_config(run_config, ignore_unknown=ignore_unknown)["secagg"])
+    except ConfigError:
+        return False  # the client_fn raises the same error for this message
+
+
+# ----- server side ---------------------------------------------------------------
+
+
+@dataclass
+class SecAggReplies:
+    """Tells a FedAppStrategy that every fit reply carries the round's unmasked
+    SecAgg+ aggregate (an example-weighted average) instead of the client's arrays.
+
+    Set as the strategy's ``secure_aggregation``; its :meth:`updates` then takes
+    the place of per-reply validation: participants are counted and their
+    metrics used one by one, the aggregate is validated once and handed to
+    ``aggregate_updates`` as a single update carrying every participant's examples.
+    """
+
+    clipping_range: float
+    quantization_range: int
+    max_weight: float
+    aggregated_rounds: set[int] = field(default_factory=set)
+
+    def updates(
+        self,
+        strategy: FedAppStrategy,
+        server_round: int,
+        results: list[tuple[ClientProxy, FitRes]],
+        round_log: _RoundLog,
+    ) -> tuple[list[ClientUpdate], list[ClientUpdate]]:
+        """``(participants, to_aggregate)``: one update per usable participant
+        (no arrays; its count and metrics), and the aggregate as one update
+        (empty when it cannot be used, which skips the round)."""
+        from strategies.base import ClientUpdate  # noqa: PLC0415 - clients never import the strategies
+
+        self.aggregated_rounds.add(server_round)
+        expected = strategy.expected_update()
+        bytes_up = _masked_bytes(expected or [])
+        participants: list[ClientUpdate] = []
+        for proxy, res in results:
+            problem = update_problem([], res.num_examples, None) or metrics_problem(res.metrics)
+            if problem is not None:
+                reason = f"{strategy._client_name(proxy, res.metrics)}: {problem}"
+                log.warning("round %d: left out %s", server_round, reason)
+                round_log.left_out.append(reason)
+                round_log.clients_failed += 1
+                continue
+            round_log.bytes_up.append(bytes_up)
+            round_log.params_up.append(sum(a.size for a in expected or []))
+            round_log.train_flops += int(res.metrics.get("train_flops", 0))
+            participants.append(ClientUpdate(proxy.cid, [], res.num_examples, dict(res.metrics), bytes_up))
+        participants.sort(key=lambda u: (int(u.metrics.get("partition_id", -1)), u.cid))
+        if not participants:
+            return [], []
+        problem = None
+        if len(participants) < len(results):
+            problem = "the secure sum includes the unusable replies above and cannot be taken apart"
+        else:
+            arrays, problem = self._aggregate(results, expected)
+        if problem is not None:
+            log.warning("round %d: secure aggregate not used: %s", server_round, problem)
+            round_log.left_out.append(f"secure aggregate: {problem}")
+            return participants, []
+        total = sum(u.num_examples for u in participants)
+        return participants, [ClientUpdate("secagg+", arrays, total, {}, 0)]
+
+    def _aggregate(
+        self, results: list[tuple[ClientProxy, FitRes]], expected: Arrays | None
+    ) -> tuple[Arrays, str | None]:
+        """The unmasked aggregate in the global arrays' dtypes, or why it is unusable."""
+        first = results[0][1].parameters
+        if any(res.parameters is not first and res.parameters.tensors != first.tensors for _, res in results):
+            return [], "the replies carry different arrays (not a SecAgg+ round?)"
+        counts = [int(res.num_examples) for _, res in results]
+        levels = self.quantization_range
+        if len(counts) * levels >= MODULUS_RANGE:
+            return [], f"{len(counts)} participants x secagg-quantization-range {levels} overflow the modulus 2**32"
+        if sum(round(n / self.max_weight * levels) for n in counts) >= MODULUS_RANGE:
+            return [], f"the example counts ({sum(counts)} in all) overflow the weight sum; raise secagg-max-weight"
+        try:
+            arrays = parameters_to_ndarrays(first)
+        except Exception as err:
+            return [], f"undecodable aggregate ({err})"
+        if expected is not None and len(arrays) == len(expected):
+            if any(not np.issubdtype(ref.dtype, np.floating) for ref in expected):
+                return [], "the global arrays include integer arrays, which SecAgg+ cannot average"
+            arrays = [a.astype(ref.dtype) for a, ref in zip(arrays, expected, strict=True)]
+        problem = update_problem(arrays, sum(counts), expected)
+        if problem is not None:
+            return [], problem
+        peak = max((float(np.abs(a).max()) for a in arrays if a.size), default=0.0)
+        scale = max(1.0, max(counts) / self.max_weight)
+        if peak * scale > self.clipping_range / 2:
+            log.warning(
+                "secure aggregate reaches %.3g (x %.3g for the largest example count), near secagg-clipping-range "
+                "= %g: clients' values beyond it may have been clipped; raise secagg-clipping-range",
+                peak,
+                scale,
+                self.clipping_range,
+            )
+        return arrays, None
+
+
+def _masked_bytes(arrays: Arrays) -> int:
+    """Bytes of one client's masked upload: int64 arrays of the shared shapes plus the weight."""
+    shapes = [(1,), *(a.shape for a in arrays)]
+    return sum(len(ndarray_to_bytes(np.zeros(shape, np.int64))) for shape in shapes)
+
+
+class FedAppSecAggPlusWorkflow(SecAggPlusWorkflow):
+    """Flower's SecAgg+ fit workflow, noting a round the protocol halted in
+    (too few clients or shares) as skipped in the strategy's metrics."""
+
+    def __init__(self, strategy: FedAppStrategy, replies: SecAggReplies, **options: Any) -> None:
+        super().__init__(**options)
+        self.strategy = strategy
+        self.replies = replies
+
+    def __call__(self, grid: Grid, context: Context) -> None:
+        super().__call__(grid, context)
+        current_round = int(context.state.config_records[MAIN_CONFIGS_RECORD][WorkflowKey.CURRENT_ROUND])
+        if current_round not in self.replies.aggregated_rounds:
+            self.strategy.skip_round(
+                current_round, "secure aggregation halted (too few clients or key shares; see the log)"
+            )
+
+
+def fedapp_strategy(strategy: Strategy) -> FedAppStrategy:
+    """Our strategy, inside any wrappers (Flower's DP wrappers keep it as ``.strategy``)."""
+    from strategies.base import FedAppStrategy  # noqa: PLC0415
+
+    inner: Any = strategy
+    while not isinstance(inner, FedAppStrategy):
+        inner = getattr(inner, "strategy", None)
+        if inner is None:
+            raise TypeError(f"{type(strategy).__name__} is not (a wrapper of) a FedAppStrategy")
+    return inner
+
+
+def check_float_uploads(strategy: FedAppStrategy) -> None:
+    """Refuse a run whose shared arrays include integer ones (SecAgg+ averages floats only)."""
+    integers = [i for i, a in enumerate(strategy.initial_arrays()) if not np.issubdtype(a.dtype, np.floating)]
+    if integers:
+        raise ConfigError(
+            f"config key 'secagg' = true: method '{strategy.config['method']}' would upload integer arrays "
+            f"(positions {integers}, e.g. BatchNorm's batch counter), which SecAgg+ cannot average; "
+            "choose models without BatchNorm (the cnn-* models)"
+        )
+
+
+def run_secagg(grid: Grid, context: Context, strategy: Strategy, config: RunConfig, server_config: ServerConfig):
+    """Run the whole federation through ``DefaultWorkflow`` with SecAgg+ fit rounds.
+
+    ``strategy`` is this project's strategy, possibly wrapped; returns the
+    finished :class:`~flwr.server.LegacyContext` (strategy and History).
+    """
+    inner = fedapp_strategy(strategy)
+    check_float_uploads(inner)
+    options = secagg_workflow_options(config)
+    replies = SecAggReplies(options["clipping_range"], options["quantization_range"], options["max_weight"])
+    inner.secure_aggregation = replies
+    log.info(
+        "secure aggregation (SecAgg+): num_shares=%s, reconstruction_threshold=%s, clipping_range=%g, "
+        "quantization_range=%d, max_weight=%g",
+        options["num_shares"],
+        options["reconstruction_threshold"],
+        options["clipping_range"],
+        options["quantization_range"],
+        options["max_weight"],
+    )
+    legacy = LegacyContext(
+        context=context, config=server_config, strategy=strategy, client_manager=SimpleClientManager()
+    )
+    DefaultWorkflow(fit_workflow=FedAppSecAggPlusWorkflow(inner, replies, **options))(grid, legacy)
+    return legacy
