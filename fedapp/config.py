@@ -52,6 +52,32 @@ VPT_METHODS = ("head-fedavg", "local-vpt", "fedvpt", "fedvpt-d", "pep-fedpt")
 # Methods whose clients may run different architectures (nothing model-shaped is averaged).
 FEDD2P_METHODS = ("fedd2p", "fedd2p-agg", "fedd2p-gt")
 HETEROGENEOUS_METHODS = ("standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd", *FEDD2P_METHODS)
+#: Methods whose clients upload only one shared module's float arrays, which the
+#: server averages by examples: what client-level DP and SecAgg+ can protect.
+PARAMETER_AVERAGING_METHODS = (
+    "fedavg",
+    "pfedlora",
+    "lg-fedavg",
+    "fml",
+    "fedkd",
+    "promptfl",
+    "sdfed",
+    "head-fedavg",
+    "fedvpt",
+    "fedvpt-d",
+)
+_NOTHING_UPLOADED = "uploads nothing (each client trains alone)"
+_PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
+#: What every other method uploads instead.
+NOT_PARAMETER_AVERAGING = {
+    "standalone": _NOTHING_UPLOADED,
+    "coop-local": _NOTHING_UPLOADED,
+    "local-vpt": _NOTHING_UPLOADED,
+    "fedproto": f"uploads per-class prototypes {_PER_CLASS}",
+    "fd": f"uploads per-class mean logits {_PER_CLASS}",
+    **{m: f"uploads per-class soft labels {_PER_CLASS}" for m in FEDD2P_METHODS},
+    "pep-fedpt": f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
+}
 ADAPTER_KINDS = ("matrix", "direct")
 # FedD2P's class-description templates (the paper's four), by name.
 D2P_TEMPLATES = {

@@ -54,39 +54,14 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, compute_stdv
 from scipy.special import gammaln
 
 from fedapp.aggregation import Arrays
-from fedapp.config import RunConfig, held_out_partitions
+from fedapp.config import NOT_PARAMETER_AVERAGING, PARAMETER_AVERAGING_METHODS, RunConfig, held_out_partitions
 from fedapp.errors import ConfigError
 
 log = logging.getLogger("flwr.fedapp")
 
-# Methods whose clients upload only the arrays of one shared module, which the server
-# averages (strategies.shared_module.SharedModuleStrategy and its subclasses).
-DP_METHODS = (
-    "fedavg",
-    "pfedlora",
-    "lg-fedavg",
-    "fml",
-    "fedkd",
-    "promptfl",
-    "sdfed",
-    "head-fedavg",
-    "fedvpt",
-    "fedvpt-d",
-)
-_NOTHING_SHARED = "shares nothing with the server (each client trains alone), so there is nothing to privatise"
-_PER_CLASS = "which the server merges class by class weighted by the counts; they are not parameters it averages"
-# Why every other method is refused.
-NOT_DP_METHODS = {
-    "standalone": _NOTHING_SHARED,
-    "coop-local": _NOTHING_SHARED,
-    "local-vpt": _NOTHING_SHARED,
-    "fedproto": f"uploads per-class prototypes with integer per-class example counts, {_PER_CLASS}",
-    "fd": f"uploads per-class mean logits with integer per-class example counts, {_PER_CLASS}",
-    "fedd2p": f"uploads per-class soft labels with integer per-class example counts, {_PER_CLASS}",
-    "fedd2p-agg": f"uploads per-class soft labels with integer per-class example counts, {_PER_CLASS}",
-    "fedd2p-gt": f"uploads per-class soft labels with integer per-class example counts, {_PER_CLASS}",
-    "pep-fedpt": f"uploads per-class CLS-token means and integer class counts besides its prompts, {_PER_CLASS}",
-}
+# The methods client-level DP covers, and why each other one is refused.
+DP_METHODS = PARAMETER_AVERAGING_METHODS
+NOT_DP_METHODS = NOT_PARAMETER_AVERAGING
 
 # RDP orders of the accountant: integers, for which the sampled Gaussian's RDP has a closed form.
 RDP_ORDERS = (*range(2, 257), 320, 384, 448, 512, 768, 1024)

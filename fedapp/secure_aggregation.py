@@ -48,7 +48,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp.grid import Grid
 
 from fedapp.aggregation import Arrays, metrics_problem, update_problem
-from fedapp.config import RunConfig, Scalar, resolve_run_config
+from fedapp.config import NOT_PARAMETER_AVERAGING, PARAMETER_AVERAGING_METHODS, RunConfig, Scalar, resolve_run_config
 from fedapp.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,37 +56,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flwr.fedapp")
 
-# Methods whose server computes nothing but the example-weighted average of the
-# uploaded float arrays (SharedModuleStrategy without an aggregate_updates of its
-# own): what SecAgg+ yields is then exactly the new global state.
-SECAGG_METHODS = (
-    "fedavg",
-    "pfedlora",
-    "lg-fedavg",
-    "fml",
-    "fedkd",
-    "promptfl",
-    "sdfed",
-    "head-fedavg",
-    "fedvpt",
-    "fedvpt-d",
-)
-_NOTHING_SHARED = "its clients upload nothing, so there is nothing to aggregate securely"
-_PER_CLASS = (
-    "its server merges per-class statistics weighted by integer class counts, which SecAgg+'s "
-    "example-weighted average of float arrays cannot compute"
-)
-REFUSED_METHODS = {
-    "standalone": _NOTHING_SHARED,
-    "coop-local": _NOTHING_SHARED,
-    "local-vpt": _NOTHING_SHARED,
-    "fedproto": _PER_CLASS,
-    "fd": _PER_CLASS,
-    "fedd2p": _PER_CLASS + ", and its server distils the merged soft labels",
-    "fedd2p-agg": _PER_CLASS,
-    "fedd2p-gt": _PER_CLASS,
-    "pep-fedpt": _PER_CLASS + " (its class prototypes, with momentum)",
-}
+# What SecAgg+ yields, the example-weighted average of float arrays, is the new
+# global state of exactly these methods; each other one is refused with its reason.
+SECAGG_METHODS = PARAMETER_AVERAGING_METHODS
+REFUSED_METHODS = NOT_PARAMETER_AVERAGING
 # The masks are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
 MODULUS_RANGE = 2**32
 
@@ -104,9 +77,9 @@ def check_secagg_config(v: Mapping[str, Scalar]) -> None:
     """The rules of a run with ``secagg = true`` (a ConfigError names the broken one)."""
     method = str(v["method"])
     if method not in SECAGG_METHODS:
-        reason = REFUSED_METHODS.get(method, "its server does more than average the uploads")
+        reason = REFUSED_METHODS.get(method, "has a server that does more than average the uploads")
         raise ConfigError(
-            f"config key 'secagg' = true: method '{method}' cannot use secure aggregation, because {reason}; "
+            f"config key 'secagg' = true: method '{method}' cannot use secure aggregation, because it {reason}; "
             f"methods that can: {', '.join(SECAGG_METHODS)}"
         )
     if v["resume"]:
@@ -252,7 +225,7 @@ class SecAggReplies:
         """``(participants, to_aggregate)``: one update per usable participant
         (no arrays; its count and metrics), and the aggregate as one update
         (empty when it cannot be used, which skips the round)."""
-        from strategies.base import ClientUpdate  # noqa: PLC0415 - clients never import the strategies
+        from strategies.base import ClientUpdate, reply_order  # noqa: PLC0415 - clients never import the strategies
 
         self.aggregated_rounds.add(server_round)
         expected = strategy.expected_update()
@@ -261,16 +234,11 @@ class SecAggReplies:
         for proxy, res in results:
             problem = update_problem([], res.num_examples, None) or metrics_problem(res.metrics)
             if problem is not None:
-                reason = f"{strategy._client_name(proxy, res.metrics)}: {problem}"
-                log.warning("round %d: left out %s", server_round, reason)
-                round_log.left_out.append(reason)
-                round_log.clients_failed += 1
+                strategy.leave_out(server_round, round_log, proxy, res.metrics, problem)
                 continue
-            round_log.bytes_up.append(bytes_up)
-            round_log.params_up.append(sum(a.size for a in expected or []))
-            round_log.train_flops += int(res.metrics.get("train_flops", 0))
-            participants.append(ClientUpdate(proxy.cid, [], res.num_examples, dict(res.metrics), bytes_up))
-        participants.sort(key=lambda u: (int(u.metrics.get("partition_id", -1)), u.cid))
+            update = ClientUpdate(proxy.cid, [], res.num_examples, dict(res.metrics), bytes_up)
+            participants.append(strategy.accept(round_log, update, sum(a.size for a in expected or [])))
+        participants.sort(key=reply_order)
         if not participants:
             return [], []
         problem = None

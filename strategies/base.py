@@ -479,18 +479,28 @@ class FedAppStrategy(Strategy):
                     or metrics_problem(res.metrics)
                 )
             if problem is not None:
-                reason = f"{self._client_name(proxy, res.metrics)}: {problem}"
-                log.warning("round %d: left out %s", server_round, reason)
-                round_log.left_out.append(reason)
-                round_log.clients_failed += 1
+                self.leave_out(server_round, round_log, proxy, res.metrics, problem)
                 continue
-            round_log.bytes_up.append(up)
-            round_log.params_up.append(_num_params(arrays))
-            round_log.train_flops += int(res.metrics.get("train_flops", 0))
-            updates.append(ClientUpdate(proxy.cid, arrays, res.num_examples, dict(res.metrics), up))
-        # Replies arrive in completion order; a fixed order keeps float sums, and so runs, reproducible.
-        updates.sort(key=lambda u: (int(u.metrics.get("partition_id", -1)), u.cid))
-        return updates
+            update = ClientUpdate(proxy.cid, arrays, res.num_examples, dict(res.metrics), up)
+            updates.append(self.accept(round_log, update, _num_params(arrays)))
+        return sorted(updates, key=reply_order)
+
+    def leave_out(
+        self, server_round: int, round_log: _RoundLog, proxy: ClientProxy, metrics: dict[str, Scalar], problem: str
+    ) -> None:
+        """Refuse one reply: a warning naming the client, a failed count, the reason in the metrics."""
+        reason = f"{self._client_name(proxy, metrics)}: {problem}"
+        log.warning("round %d: left out %s", server_round, reason)
+        round_log.left_out.append(reason)
+        round_log.clients_failed += 1
+
+    @staticmethod
+    def accept(round_log: _RoundLog, update: ClientUpdate, params: int) -> ClientUpdate:
+        """Count one usable reply's traffic and training FLOPs in the round."""
+        round_log.bytes_up.append(update.bytes_up)
+        round_log.params_up.append(params)
+        round_log.train_flops += int(update.metrics.get("train_flops", 0))
+        return update
 
     def _client_name(self, proxy: ClientProxy, metrics: dict[str, Scalar] | None = None) -> str:
         """The client's node id, and its partition when known (asked, or reported with its update)."""
@@ -580,6 +590,11 @@ def _shortened(text: str, head: int = 150, tail: int = 250) -> str:
 
 
 # Client metrics that are bookkeeping or already summarised elsewhere.
+def reply_order(update: ClientUpdate) -> tuple[int, str]:
+    """Replies arrive in completion order; a fixed order keeps float sums, and so runs, reproducible."""
+    return int(update.metrics.get("partition_id", -1)), update.cid
+
+
 _NOT_AVERAGED = {"train_loss", "partition_id", "accuracy", "train_flops", "server_round"}
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.common import Code, EvaluateRes, FitRes, GetPropertiesRes, Status, ndarrays_to_parameters
+from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameters
 from flwr.server import SimpleClientManager
-from flwr.server.client_proxy import ClientProxy
 from PIL import Image
 
 from fedapp.checkpoint import ServerCheckpoint, rng_state, save_checkpoint
@@ -26,6 +25,7 @@ from fedapp.errors import ConfigError, DataError, StateError
 from fedapp.server_app import server_components
 from fedapp.state import DiskStateStore
 from strategies import FedAppStrategy, PFedLoRAStrategy, PromptFLStrategy
+from tests.fakes import PartitionProxy
 
 # ----- configuration -----------------------------------------------------------------------------------------------
 
@@ -152,31 +152,10 @@ def test_corrupt_client_state_is_refused_with_a_fix(tmp_path):
 # ----- protocol: replies a broken or stale client could send ---------------------------------------------------------
 
 
-class _Proxy(ClientProxy):
-    def __init__(self, partition: int) -> None:
-        super().__init__(f"node-{partition}")
-        self.partition = partition
-
-    def get_properties(self, ins, timeout, group_id):
-        return GetPropertiesRes(Status(Code.OK, ""), {"partition-id": self.partition})
-
-    def get_parameters(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def fit(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def evaluate(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def reconnect(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-
 def one_round(strategy: FedAppStrategy, change_second_reply) -> tuple[dict, list[np.ndarray]]:
     """Round 1 with two clients, the second reply altered; the round's record and the new global arrays."""
     manager = SimpleClientManager()
-    proxies = [_Proxy(0), _Proxy(1)]
+    proxies = [PartitionProxy(0), PartitionProxy(1)]
     for proxy in proxies:
         manager.register(proxy)
     sent = strategy.initialize_parameters(manager)

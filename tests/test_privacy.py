@@ -13,14 +13,12 @@ from flwr.common import (
     EvaluateRes,
     FitIns,
     FitRes,
-    GetPropertiesRes,
     Status,
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server import SimpleClientManager
-from flwr.server.client_proxy import ClientProxy
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.config import resolve_run_config
@@ -36,29 +34,9 @@ from fedapp.privacy import (
     wrap_for_privacy,
 )
 from strategies import FedAvgStrategy, LGFedAvgStrategy
+from tests.fakes import PartitionProxy
 
 C = 1.0
-
-
-class _Proxy(ClientProxy):
-    def __init__(self, partition: int) -> None:
-        super().__init__(f"node-{partition}")
-        self.partition = partition
-
-    def get_properties(self, ins, timeout, group_id):
-        return GetPropertiesRes(Status(Code.OK, ""), {"partition-id": self.partition})
-
-    def get_parameters(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def fit(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def evaluate(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def reconnect(self, ins, timeout, group_id):
-        raise NotImplementedError
 
 
 class _Spy(LGFedAvgStrategy):
@@ -85,7 +63,7 @@ def dp_config(mode: str = "server", **overrides):
 def start_round(wrapper, clients: int = 3):
     """Round 1 configured for ``clients`` proxies; the fit instructions and the arrays sent."""
     manager = SimpleClientManager()
-    proxies = [_Proxy(i) for i in range(clients)]
+    proxies = [PartitionProxy(i) for i in range(clients)]
     for proxy in proxies:
         manager.register(proxy)
     sent = wrapper.initialize_parameters(manager)
@@ -281,7 +259,7 @@ def test_sampling_rate_follows_the_strategys_sampler():
     [
         ({"method": "fedproto"}, "method 'fedproto' uploads per-class prototypes"),
         ({"method": "fd"}, "method 'fd' uploads per-class mean logits"),
-        ({"method": "standalone"}, "method 'standalone' shares nothing"),
+        ({"method": "standalone"}, "method 'standalone' uploads nothing"),
         ({"dp-noise-multiplier": -0.5}, "'dp-noise-multiplier' = -0.5 must be >= 0"),
         ({"dp-clipping-norm": 0.0}, "'dp-clipping-norm' = 0.0 must be > 0"),
         ({"dp-delta": 0.0}, "'dp-delta' = 0.0 must be > 0"),

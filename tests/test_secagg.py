@@ -61,7 +61,7 @@ def test_every_method_is_either_allowed_or_refused_with_a_reason():
     ("extra", "message"),
     [
         ({"method": "fedproto"}, "method 'fedproto' cannot use secure aggregation, because .* per-class"),
-        ({"method": "standalone"}, "method 'standalone' cannot use secure aggregation, because .* upload nothing"),
+        ({"method": "standalone"}, "method 'standalone' cannot use secure aggregation, because it uploads nothing"),
         ({"secagg-num-shares": 3, "secagg-reconstruction-threshold": 4}, "must be less than 'secagg-num-shares'"),
         ({"secagg-num-shares": 5, "secagg-reconstruction-threshold": 3}, "more than 'min-clients' = 2"),
         ({"secagg-num-shares": 2.5}, "whole number >= 3"),

@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from flwr.common import Code, GetPropertiesRes, Status
 from flwr.server.client_manager import SimpleClientManager
-from flwr.server.client_proxy import ClientProxy
 
 from clients.vpt import FedVPTClient, HeadFedAvgClient, LocalVPTClient, PEPFedPTClient
 from fedapp.clientdata import load_client_data
@@ -23,6 +21,7 @@ from fedapp.state import MemoryStateStore
 from strategies.base import ClientUpdate
 from strategies.fedvpt import FedVPTStrategy
 from strategies.pep_fedpt import PEPFedPTStrategy
+from tests.fakes import PartitionProxy
 
 CLASSES = 10
 WIDTH = 128  # fedapp-tiny-vit
@@ -259,36 +258,13 @@ def test_local_vpt_keeps_its_prompts_in_its_store_and_sends_nothing():
 # ----- held-out clients -------------------------------------------------------------
 
 
-class _Proxy(ClientProxy):
-    """Answers get_properties with its partition id and records what it was asked."""
-
-    def __init__(self, cid: str, partition: int) -> None:
-        super().__init__(cid)
-        self.partition = partition
-
-    def get_properties(self, ins, timeout, group_id):
-        return GetPropertiesRes(Status(Code.OK, ""), {"partition-id": self.partition})
-
-    def get_parameters(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def fit(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def evaluate(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def reconnect(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-
 def test_held_out_clients_never_train_and_are_evaluated_with_the_global_state():
     config = setup("pep-fedpt", **{"num-partitions": 8, "held-out-fraction": 0.25, "min-clients": 2})
     held = held_out_partitions(config.values)
     assert len(held) == 2
     manager = SimpleClientManager()
     for pid in range(8):
-        manager.register(_Proxy(f"node-{pid}", pid))
+        manager.register(PartitionProxy(pid))
     strategy = PEPFedPTStrategy(config, CLASSES)
     params = strategy.initialize_parameters(manager)
     for server_round in (1, 2, 3):
@@ -304,7 +280,7 @@ def test_a_method_without_a_global_state_does_not_evaluate_held_out_clients():
 
     manager = SimpleClientManager()
     for pid in range(8):
-        manager.register(_Proxy(f"node-{pid}", pid))
+        manager.register(PartitionProxy(pid))
     strategy = StandaloneStrategy(config, CLASSES)
     params = strategy.initialize_parameters(manager)
     held = held_out_partitions(config.values)
