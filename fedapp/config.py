@@ -185,7 +185,7 @@ SCHEMA: dict[str, Key] = {
     "precision": Key(str, "fp32", "precision of the frozen encoders", choices=("fp32", "fp16", "bf16")),
     "shots-per-class": Key(int, 0, "training samples per class on each client (0 = all)", low=0),
     "prompt-length": Key(int, 8, "length of the shared (global) text prompt", low=1),
-    "local-prompt-lengths": Key(str, "random:4-64", "SDFed local prompt lengths: 16, a list 4,8,16, or random:4-64"),
+    "local-prompt-lengths": Key(str, "random:4-16", "SDFed local prompt lengths: 16, a list 4,8,16, or random:4-64"),
     "sdfed-lambda": Key(float, 0.6, "SDFed share of the global prompt's directions removed", low=0.0, high=1.0),
     "sdfed-gamma": Key(float, 0.8, "SDFed divergence margin", low=0.0),
     "sdfed-alpha": Key(float, 1.0, "SDFed weight of information retention L_str", low=0.0),
@@ -493,10 +493,34 @@ def _check_dp(v: dict[str, Scalar]) -> None:
 
 
 def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
+    """Text prompts must fit the text tower: start token, prompt, at least one
+    class-name token and the end token within the model's context length."""
+    if v["method"] not in CLIP_METHODS:
+        return
+    from fedapp.errors import ModelError  # noqa: PLC0415
+    from fedapp.models.clip import text_context_length  # noqa: PLC0415 - open_clip only for CLIP methods
+
+    lengths = {"prompt-length": [int(v["prompt-length"])]}
     if v["method"] == "sdfed":
         from fedapp.methods.sdfed import parse_local_lengths  # noqa: PLC0415 - torch only when needed
 
-        parse_local_lengths(str(v["local-prompt-lengths"]), int(v["num-partitions"]), int(v["seed"]))
+        drawn = parse_local_lengths(str(v["local-prompt-lengths"]), int(v["num-partitions"]), int(v["seed"]))
+        lengths["local-prompt-lengths"] = drawn
+    models = client_clip_model_names(v)
+    for client in range(int(v["num-partitions"])):
+        model = models[client % len(models)]
+        try:
+            room = text_context_length(model) - 3
+        except ModelError:
+            return  # an unknown model is reported where it is loaded, with its own message
+        for key, values in lengths.items():
+            length = values[client % len(values)]
+            if length > room:
+                raise ConfigError(
+                    f"config key '{key}' = {v[key]!r} gives client {client} a prompt of {length} tokens, but "
+                    f"{model!r} reads {room + 3} text tokens (start, prompt, class name, end): use at most {room}, "
+                    "or a model with a longer context (ViT-B-16: 77)"
+                )
 
 
 _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (

@@ -44,6 +44,11 @@ CONFIG_ROWS = [
     ("more min-clients than clients", {"min-clients": 20}, "'min-clients' = 20 is more than 'num-partitions' = 10"),
     ("missing preset", {"preset": "conf/no-such-preset.yaml"}, "'preset' = 'conf/no-such-preset.yaml': file not found"),
     ("missing data path", {"dataset": "imagefolder", "data-dir": "/no/such/folder"}, "path does not exist"),
+    (
+        "prompt longer than the text context",
+        {"method": "sdfed", "local-prompt-lengths": "4,55"},
+        "gives client 1 a prompt of 55 tokens, but 'fedapp-tiny-clip' reads 32 text tokens",
+    ),
 ]
 
 

@@ -22,6 +22,7 @@ from fedapp.models.clip import (
     clear_clip_cache,
     load_open_clip,
     register_tiny_configs,
+    text_context_length,
     text_token_width,
 )
 from fedapp.models.cnn import (
@@ -50,6 +51,7 @@ __all__ = [
     "count_parameters",
     "load_open_clip",
     "register_tiny_configs",
+    "text_context_length",
     "text_token_width",
 ]
 

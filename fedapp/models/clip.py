@@ -302,3 +302,14 @@ def text_token_width(model_name: str) -> int:
     if cfg is None or "text_cfg" not in cfg:
         raise ModelError(f"open_clip model {model_name!r} has no text tower config")
     return int(cfg["text_cfg"].get("width", 512))
+
+
+def text_context_length(model_name: str) -> int:
+    """Tokens the text tower of an open_clip model reads (start, prompt, class name, end),
+    from its config alone."""
+    register_tiny_configs()
+    name = _resolve_model_name(model_name)
+    cfg = _open_clip().get_model_config(name)
+    if cfg is None or "text_cfg" not in cfg:
+        raise ModelError(f"open_clip model {model_name!r} has no text tower config")
+    return int(cfg["text_cfg"].get("context_length", 77))

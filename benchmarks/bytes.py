@@ -1,0 +1,531 @@
+"""Bytes on the wire against the payload, per method and round, for one client.
+
+For every method it builds one real client as the ClientApp does and the
+method's strategy, takes round 1's fit instruction (down) and the client's
+reply (up), and counts each at four layers:
+
+* payload: the raw bytes of the arrays the method must send (``ndarray.nbytes``);
+* counted: what our metrics count (``fedapp.metrics.payload_bytes``: the ``.npy``
+  tensors in ``Parameters``, so the arrays plus one ``.npy`` header each);
+* protobuf: every Fleet API request and response body that delivers the message;
+* wire: the same with their HTTP/1.1 request and status lines and headers.
+
+The wire is measured by driving Flower 1.42's own SuperNode client
+(``FleetHttpClient`` with its version and node-authentication interceptors, and
+Flower's pull/push/confirm helpers) against an in-process stand-in for the
+SuperLink that answers as its Fleet handlers do, with the headers its uvicorn
+server adds: the message
+is converted as Flower's compat layer does (``fitins_to_recorddict`` /
+``fitres_to_recorddict``), broken into Flower's content-addressed objects
+(Message, RecordDict, records, Array, ArrayChunk), and the SuperNode pulls or
+pushes each one in its own request. TCP/IP and TLS framing are not counted.
+Shapes do not change from round to round, so round 1 stands for every round::
+
+    python benchmarks/bytes.py            # every method, the run defaults
+    python benchmarks/bytes.py --smoke    # a few methods, tiny models (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+
+import httpx
+import numpy as np
+import torch
+from flwr.app import Message, Metadata, RecordDict
+from flwr.app.message import remove_content_from_message
+from flwr.client import Client
+from flwr.common import Context, FitIns, FitRes, MessageType, Parameters, parameters_to_ndarrays
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.common.serde import message_from_proto, message_to_proto
+from flwr.compat.common.recorddict_compat import (
+    fitins_to_recorddict,
+    fitres_to_recorddict,
+    recorddict_to_fitins,
+    recorddict_to_fitres,
+)
+from flwr.proto.fleet_pb2 import (
+    PullMessagesRequest,
+    PullMessagesResponse,
+    PushMessagesRequest,
+    PushMessagesResponse,
+    Reconnect,
+)
+from flwr.proto.message_pb2 import (
+    ConfirmMessageReceivedRequest,
+    ConfirmMessageReceivedResponse,
+    PullObjectRequest,
+    PullObjectResponse,
+    PushObjectRequest,
+    PushObjectResponse,
+)
+from flwr.proto.node_pb2 import Node
+from flwr.server import SimpleClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree, iterate_object_tree
+from flwr.supercore.inflatable.inflatable_protobuf_utils import (
+    make_confirm_message_received_fn_protobuf,
+    make_pull_object_fn_protobuf,
+    make_push_object_fn_protobuf,
+)
+from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
+from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
+from flwr.supercore.primitives.asymmetric import generate_key_pairs
+from flwr.supercore.protobuf.constants import PROTOBUF_MEDIA_TYPE
+from flwr.supernode.fleet_http_client import FleetHttpClient
+from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
+
+from fedapp.client_app import make_client_fn
+from fedapp.config import METHODS, VPT_METHODS, defaults, resolve_run_config
+from fedapp.metrics import payload_bytes
+from fedapp.server_app import build_strategy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import fmt_count, markdown_table
+
+TARGET = 1.05
+#: Methods of the smoke run: nothing, a full model, per-class statistics, a text prompt.
+SMOKE_METHODS = ("fedavg", "standalone", "fedproto", "promptfl")
+#: What each method sends (up, down) in a round.
+TRAVELS = {
+    "fedavg": ("full model", "full model"),
+    "standalone": ("nothing", "nothing"),
+    "pfedlora": ("adapter", "adapter"),
+    "lg-fedavg": ("classifier head", "classifier head"),
+    "fedproto": ("prototypes + counts", "prototypes + mask"),
+    "fd": ("mean logits + counts", "mean logits + mask"),
+    "fml": ("shared small model", "shared small model"),
+    "fedkd": ("shared small model", "shared small model"),
+    "coop-local": ("nothing", "nothing"),
+    "promptfl": ("text prompt", "text prompt"),
+    "sdfed": ("global prompt", "global prompt"),
+    "head-fedavg": ("linear head", "linear head"),
+    "local-vpt": ("nothing", "nothing"),
+    "fedvpt": ("visual prompt + head", "visual prompt + head"),
+    "fedvpt-d": ("deep visual prompts + head", "deep visual prompts + head"),
+    "pep-fedpt": ("prompts + CLS means + counts", "prompts + prototypes + mask"),
+    "fedd2p": ("soft labels + counts", "soft labels + mask"),
+    "fedd2p-agg": ("soft labels + counts", "soft labels + mask"),
+    "fedd2p-gt": ("soft labels + counts", "soft labels + mask"),
+}
+#: Settings that make every method cheap to build and train once; none changes what is sent.
+COMMON = {
+    "dataset": "digits",
+    "num-partitions": 2,
+    "min-clients": 2,
+    "num-rounds": 1,
+    "local-epochs": 1,
+    "batch-size": 16,
+    "shots-per-class": 4,
+    "partition": "iid",
+    "device": "cpu",
+    "d2p-steps": 1,
+}
+#: The smoke run's tiny models and prompts (these do change what is sent).
+SMOKE = {"model": "cnn-5", "image-size": 16, "prompt-length": 2}
+#: Identities as a deployment has them: random 63-bit node ids and run ids.
+RUN_ID = 0x5E3A_91C4_7D20_1B6F
+NODE_ID = 0x6A7F_3C91_D24E_8B05
+SUPERLINK = "192.168.0.10:9092"
+#: What uvicorn adds to every response (``date``, ``server``), besides the body's own headers.
+UVICORN_HEADERS = (("date", "Sat, 28 Nov 2026 12:00:00 GMT"), ("server", "uvicorn"))
+
+
+def method_overrides(method: str, smoke: bool) -> dict[str, Any]:
+    """Run-config keys of one method's measurement."""
+    out: dict[str, Any] = {**COMMON, "method": method, **(SMOKE if smoke else {})}
+    if method in VPT_METHODS:
+        out["clip-model"] = "fedapp-tiny-vit"  # the visual-prompt methods need a ViT image tower
+    if method == "sdfed":
+        # Local prompts stay on the client; the default random:4-64 overflows the tiny CLIP's 32-token context.
+        out["local-prompt-lengths"] = "4,16"
+    return out
+
+
+# ----- the Fleet API, measured --------------------------------------------------
+
+
+@dataclass
+class Traffic:
+    """Bytes of the HTTP exchanges that deliver one message."""
+
+    requests: int = 0
+    protobuf: int = 0  # request and response bodies
+    http: int = 0  # bodies plus request/status lines and headers
+
+    def add(self, request: httpx.Request, response: httpx.Response) -> None:
+        self.requests += 1
+        self.protobuf += len(request.content) + len(response.content)
+        target = request.url.raw_path.decode()
+        request_head = f"{request.method} {target} HTTP/1.1\r\n".encode()
+        response_head = f"HTTP/1.1 {response.status_code} {response.reason_phrase}\r\n".encode()
+        self.http += _framed(request_head, request.headers.raw, request.content)
+        self.http += _framed(response_head, response.headers.raw, response.content)
+
+
+def _framed(start_line: bytes, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> int:
+    """Bytes of one HTTP/1.1 message: start line, ``name: value`` lines, blank line, body."""
+    return len(start_line) + sum(len(k) + 2 + len(v) + 2 for k, v in headers) + 2 + len(body)
+
+
+class SuperLinkStandIn:
+    """Answers the SuperNode's Fleet requests as the SuperLink's handlers do, in process.
+
+    Requests go through Flower's own ``FleetHttpClient`` (httpx, with the
+    SuperNode's runtime-version and signed node-identity headers); responses
+    carry the protobuf bodies the SuperLink's handlers build and the headers its
+    uvicorn server adds. Every exchange is counted in :attr:`traffic`.
+    """
+
+    def __init__(self) -> None:
+        private_key, public_key = generate_key_pairs()
+        self.client = FleetHttpClient(
+            f"http://{SUPERLINK}",
+            interceptors=[
+                RuntimeVersionHttpInterceptor(component_name="SuperNode"),
+                NodeAuthHttpInterceptor(private_key, public_key),
+            ],
+        )
+        # The same client, its transport replaced by this stand-in (no socket is opened).
+        self.client._client = httpx.Client(transport=httpx.MockTransport(self._serve))
+        self.node = Node(node_id=NODE_ID)
+        self.traffic = Traffic()
+        self._store: dict[str, bytes] = {}  # the SuperLink's object store
+        self._pending: tuple[Message, Any] | None = None  # an instruction waiting for the node
+        self._pushed: list[Message] = []
+        self._handlers = {
+            "/v1/fleet/pull-messages": (PullMessagesRequest, self._pull_messages),
+            "/v1/fleet/pull-object": (PullObjectRequest, self._pull_object),
+            "/v1/fleet/confirm-message-received": (ConfirmMessageReceivedRequest, self._confirm),
+            "/v1/fleet/push-messages": (PushMessagesRequest, self._push_messages),
+            "/v1/fleet/push-object": (PushObjectRequest, self._push_object),
+        }
+
+    def _serve(self, request: httpx.Request) -> httpx.Response:
+        request_type, handler = self._handlers[request.url.path]
+        body = handler(request_type.FromString(request.content)).SerializeToString()
+        headers = [*UVICORN_HEADERS, ("content-length", str(len(body))), ("content-type", PROTOBUF_MEDIA_TYPE)]
+        response = httpx.Response(200, headers=headers, content=body, request=request)
+        self.traffic.add(request, response)
+        return response
+
+    # The SuperLink's Fleet handlers (flwr.superlink.servicer.fleet.fleet_handlers), reduced to the bytes.
+    def _pull_messages(self, _request: PullMessagesRequest) -> PullMessagesResponse:
+        assert self._pending is not None
+        message, tree = self._pending
+        return PullMessagesResponse(
+            messages_list=[message_to_proto(remove_content_from_message(message))], message_object_trees=[tree]
+        )
+
+    def _pull_object(self, request: PullObjectRequest) -> PullObjectResponse:
+        return PullObjectResponse(
+            object_found=True, object_available=True, object_content=self._store[request.object_id]
+        )
+
+    def _confirm(self, request: ConfirmMessageReceivedRequest) -> ConfirmMessageReceivedResponse:
+        self._pending = None
+        self._store.clear()
+        return ConfirmMessageReceivedResponse()
+
+    def _push_messages(self, request: PushMessagesRequest) -> PushMessagesResponse:
+        tree = request.message_object_trees[0]
+        missing = list(dict.fromkeys(t.object_id for t in iterate_object_tree(tree) if t.object_id not in self._store))
+        self._pushed.append(message_from_proto(request.messages_list[0]))
+        return PushMessagesResponse(
+            reconnect=Reconnect(reconnect=5),
+            results={request.messages_list[0].metadata.message_id: 0},
+            objects_to_push=missing,
+            session_id=str(uuid.uuid4()),
+        )
+
+    def _push_object(self, request: PushObjectRequest) -> PushObjectResponse:
+        self._store[request.object_id] = request.object_content
+        return PushObjectResponse(stored=True)
+
+    # ----- what the SuperNode does ---------------------------------------------
+
+    def deliver_instruction(self, message: Message) -> tuple[Traffic, RecordDict]:
+        """SuperLink -> SuperNode: the node pulls the message, then each of its objects, then confirms."""
+        message.metadata.__dict__["_message_id"] = message.object_id  # as the SuperLink sets it
+        self._store = {oid: obj.deflate() for oid, obj in get_all_nested_objects(message).items()}
+        self._pending = (message, get_object_tree(message))
+        self.traffic = Traffic()
+        # start_client_internal._pull_and_store_message
+        pulled = self.client.PullMessages(PullMessagesRequest(node=self.node))
+        tree = pulled.message_object_trees[0]
+        pull = make_pull_object_fn_protobuf(self.client.PullObject, self.node, RUN_ID)
+        contents = {oid: pull(oid) for oid in dict.fromkeys(t.object_id for t in iterate_object_tree(tree))}
+        make_confirm_message_received_fn_protobuf(self.client.ConfirmMessageReceived, self.node, RUN_ID)(tree.object_id)
+        received = inflate_object_from_contents(tree.object_id, contents)
+        assert isinstance(received, Message)
+        return self.traffic, received.content
+
+    def deliver_reply(self, reply: Message) -> tuple[Traffic, RecordDict]:
+        """SuperNode -> SuperLink: the node pushes the message and its object tree, then each missing object."""
+        reply.metadata.__dict__["_message_id"] = reply.object_id  # as the ClientApp's runtime sets it
+        objects = {oid: obj.deflate() for oid, obj in get_all_nested_objects(reply).items()}
+        self.traffic = Traffic()
+        # start_client_internal._push_messages
+        res = self.client.PushMessages(
+            PushMessagesRequest(
+                node=self.node,
+                messages_list=[message_to_proto(remove_content_from_message(reply))],
+                message_object_trees=[get_object_tree(reply)],
+                clientapp_runtime_list=[1.0],
+            )
+        )
+        push = make_push_object_fn_protobuf(self.client.PushObject, self.node, RUN_ID, res.session_id)
+        for oid in res.objects_to_push:
+            push(oid, objects[oid])
+        received = inflate_object_from_contents(reply.object_id, dict(self._store))
+        assert isinstance(received, Message)
+        return self.traffic, received.content
+
+
+# ----- one method ----------------------------------------------------------------
+
+
+@dataclass
+class Direction:
+    """One direction of one round for one client."""
+
+    arrays: list[np.ndarray]
+    counted: int
+    objects: int  # Flower's deflated objects (what the SuperLink meters for object traffic)
+    traffic: Traffic
+
+    @property
+    def params(self) -> int:
+        return sum(int(a.size) for a in self.arrays)
+
+    @property
+    def payload(self) -> int:
+        return sum(int(a.nbytes) for a in self.arrays)
+
+    @property
+    def ratio(self) -> float:
+        """Wire bytes per payload byte (inf when nothing has to be sent)."""
+        return self.traffic.http / self.payload if self.payload else float("inf")
+
+
+@dataclass
+class Row:
+    method: str
+    up: Direction
+    down: Direction
+    seconds: float = 0.0
+
+    @property
+    def within_target(self) -> bool | None:
+        ratios = [d.ratio for d in (self.up, self.down) if d.payload]
+        return None if not ratios else max(ratios) <= TARGET
+
+
+class _Node(ClientProxy):
+    """A registered node the strategy can sample; it is never called (its reply is produced here)."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__(f"node-{partition}")
+
+    def get_properties(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def get_parameters(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def fit(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def evaluate(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+    def reconnect(self, ins, timeout, group_id):
+        raise NotImplementedError
+
+
+def fit_instruction(overrides: Mapping[str, Any]) -> FitIns:
+    """Round 1's fit instruction from the method's strategy, as the ServerApp builds it."""
+    config = resolve_run_config(dict(overrides))
+    strategy = build_strategy(config, record=False)
+    manager = SimpleClientManager()
+    for partition in range(int(config["num-partitions"])):
+        manager.register(_Node(partition))
+    parameters = strategy.initialize_parameters(manager)
+    instructions = strategy.configure_fit(1, parameters, manager)
+    return instructions[0][1]
+
+
+def build_client(overrides: Mapping[str, Any]) -> Client:
+    """Partition 0's client, built as the ClientApp builds it on a SuperNode."""
+    num_partitions = int(overrides["num-partitions"])
+    context = Context(
+        run_id=RUN_ID,
+        node_id=NODE_ID,
+        node_config={"partition-id": 0, "num-partitions": num_partitions},
+        state=RecordDict(),
+        run_config=defaults(),  # what Flower hands the ClientApp: the pyproject table
+    )
+    return make_client_fn(overrides)(context)
+
+
+def instruction_message(fit_ins: FitIns) -> Message:
+    """The legacy instruction as Flower's compat grid sends it (``GridClientProxy.fit``)."""
+    metadata = Metadata(
+        run_id=RUN_ID,
+        message_id="",
+        src_node_id=SUPERLINK_NODE_ID,
+        dst_node_id=NODE_ID,
+        reply_to_message_id="",
+        group_id="1",
+        created_at=time.time(),
+        ttl=43200.0,
+        message_type=MessageType.TRAIN,
+    )
+    return Message(metadata=metadata, content=fitins_to_recorddict(fit_ins, keep_input=True))
+
+
+def measure(method: str, overrides: Mapping[str, Any], link: SuperLinkStandIn) -> Row:
+    started = time.perf_counter()
+    fit_ins = fit_instruction(overrides)
+    instruction = instruction_message(fit_ins)
+    down_traffic, down_content = link.deliver_instruction(instruction)
+    received = recorddict_to_fitins(down_content, keep_input=True)  # as the ClientApp's message handler does
+    assert received.parameters.tensors == fit_ins.parameters.tensors, "the node received other arrays than were sent"
+
+    client = build_client(overrides)
+    fit_res: FitRes = client.fit(received)
+    reply = Message(fitres_to_recorddict(fit_res, keep_input=True), reply_to=instruction)
+    up_traffic, up_content = link.deliver_reply(reply)
+    assert recorddict_to_fitres(up_content, keep_input=True).parameters.tensors == fit_res.parameters.tensors
+
+    def direction(parameters: Parameters, message: Message, traffic: Traffic) -> Direction:
+        objects = sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
+        return Direction(parameters_to_ndarrays(parameters), payload_bytes(parameters.tensors), objects, traffic)
+
+    return Row(
+        method,
+        up=direction(fit_res.parameters, reply, up_traffic),
+        down=direction(fit_ins.parameters, instruction, down_traffic),
+        seconds=time.perf_counter() - started,
+    )
+
+
+# ----- tables ----------------------------------------------------------------------
+
+
+def _ratio(direction: Direction) -> str:
+    return "—" if not direction.payload else f"{direction.ratio:.2f}"
+
+
+def _verdict(row: Row) -> str:
+    within = row.within_target
+    return "— (nothing to send)" if within is None else ("yes" if within else "no")
+
+
+def main_table(rows: Sequence[Row]) -> str:
+    header = [
+        "method",
+        "up: what travels",
+        "down: what travels",
+        "params up / down",
+        "arrays up / down",
+        "payload B up / down",
+        "counted B up / down",
+        "wire B up / down",
+        "wire/payload up / down",
+        f"≤ {TARGET}",
+    ]
+    body = []
+    for r in rows:
+        up, down = TRAVELS.get(r.method, ("?", "?"))
+        body.append(
+            [
+                r.method,
+                up,
+                down,
+                f"{fmt_count(r.up.params)} / {fmt_count(r.down.params)}",
+                f"{len(r.up.arrays)} / {len(r.down.arrays)}",
+                f"{r.up.payload:,} / {r.down.payload:,}",
+                f"{r.up.counted:,} / {r.down.counted:,}",
+                f"{r.up.traffic.http:,} / {r.down.traffic.http:,}",
+                f"{_ratio(r.up)} / {_ratio(r.down)}",
+                _verdict(r),
+            ]
+        )
+    return markdown_table(header, body)
+
+
+def overhead_table(rows: Sequence[Row]) -> str:
+    """Where the bytes above the payload come from, up and down together."""
+    header = [
+        "method",
+        "payload B",
+        ".npy headers",
+        "Flower objects",
+        "protobuf RPCs",
+        "HTTP/1.1 lines + headers",
+        "HTTP requests",
+        "wire/payload",
+    ]
+    body = []
+    for r in rows:
+        ds = (r.up, r.down)
+        payload = sum(d.payload for d in ds)
+        counted = sum(d.counted for d in ds)
+        objects = sum(d.objects for d in ds)
+        protobuf = sum(d.traffic.protobuf for d in ds)
+        http = sum(d.traffic.http for d in ds)
+        requests = sum(d.traffic.requests for d in ds)
+        body.append(
+            [
+                r.method,
+                f"{payload:,}",
+                f"+{counted - payload:,}",
+                f"+{objects - counted:,}",
+                f"+{protobuf - objects:,}",
+                f"+{http - protobuf:,} ({(http - protobuf) // requests:,}/request)",
+                str(requests),
+                "—" if not payload else f"{http / payload:.2f}",
+            ]
+        )
+    return markdown_table(header, body)
+
+
+def main(argv: Sequence[str] | None = None) -> list[Row]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help=f"tiny models, methods {','.join(SMOKE_METHODS)}")
+    parser.add_argument("--methods", help="comma list (default: every method; with --smoke, the smoke set)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    methods = args.methods.split(",") if args.methods else list(SMOKE_METHODS if args.smoke else METHODS)
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        parser.error(f"unknown methods: {', '.join(unknown)}")
+    torch.set_num_threads(args.threads)
+    link = SuperLinkStandIn()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fedapp-bytes-") as scratch:
+        for method in methods:
+            overrides = {**method_overrides(method, args.smoke), "results-dir": scratch, "state-dir": scratch}
+            row = measure(method, overrides, link)
+            print(f"{method}: {row.seconds:.1f}s", file=sys.stderr, flush=True)
+            rows.append(row)
+    print(main_table(rows))
+    print()
+    print(overhead_table(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
