@@ -72,7 +72,6 @@ from flwr.proto.message_pb2 import (
 )
 from flwr.proto.node_pb2 import Node
 from flwr.server import SimpleClientManager
-from flwr.server.client_proxy import ClientProxy
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree, iterate_object_tree
 from flwr.supercore.inflatable.inflatable_protobuf_utils import (
     make_confirm_message_received_fn_protobuf,
@@ -93,6 +92,8 @@ from fedapp.server_app import build_strategy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import fmt_count, markdown_table
+
+from strategies.proxies import PartitionProxy
 
 TARGET = 1.05
 #: Methods of the smoke run: nothing, a full model, per-class statistics, a text prompt.
@@ -332,35 +333,13 @@ class Row:
         return None if not ratios else max(ratios) <= TARGET
 
 
-class _Node(ClientProxy):
-    """A registered node the strategy can sample; it is never called (its reply is produced here)."""
-
-    def __init__(self, partition: int) -> None:
-        super().__init__(f"node-{partition}")
-
-    def get_properties(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def get_parameters(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def fit(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def evaluate(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-    def reconnect(self, ins, timeout, group_id):
-        raise NotImplementedError
-
-
 def fit_instruction(overrides: Mapping[str, Any]) -> FitIns:
     """Round 1's fit instruction from the method's strategy, as the ServerApp builds it."""
     config = resolve_run_config(dict(overrides))
     strategy = build_strategy(config, record=False)
     manager = SimpleClientManager()
     for partition in range(int(config["num-partitions"])):
-        manager.register(_Node(partition))
+        manager.register(PartitionProxy(partition))
     parameters = strategy.initialize_parameters(manager)
     instructions = strategy.configure_fit(1, parameters, manager)
     return instructions[0][1]

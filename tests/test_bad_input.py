@@ -25,7 +25,7 @@ from fedapp.errors import ConfigError, DataError, StateError
 from fedapp.server_app import server_components
 from fedapp.state import DiskStateStore
 from strategies import FedAppStrategy, PFedLoRAStrategy, PromptFLStrategy
-from tests.fakes import PartitionProxy
+from strategies.proxies import PartitionProxy
 
 # ----- configuration -----------------------------------------------------------------------------------------------
 

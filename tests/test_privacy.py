@@ -34,7 +34,7 @@ from fedapp.privacy import (
     wrap_for_privacy,
 )
 from strategies import FedAvgStrategy, LGFedAvgStrategy
-from tests.fakes import PartitionProxy
+from strategies.proxies import PartitionProxy
 
 C = 1.0
 

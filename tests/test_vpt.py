@@ -21,7 +21,7 @@ from fedapp.state import MemoryStateStore
 from strategies.base import ClientUpdate
 from strategies.fedvpt import FedVPTStrategy
 from strategies.pep_fedpt import PEPFedPTStrategy
-from tests.fakes import PartitionProxy
+from strategies.proxies import PartitionProxy
 
 CLASSES = 10
 WIDTH = 128  # fedapp-tiny-vit

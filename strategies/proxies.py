@@ -1,4 +1,5 @@
-"""Test doubles shared by strategy-level tests."""
+"""A stand-in node for driving a strategy without Flower's server loop (tests,
+benchmarks, notebooks): the caller hands the strategy its replies directly."""
 
 from __future__ import annotations
 
