@@ -293,23 +293,22 @@ def clear_clip_cache() -> None:
     _load_cached.cache_clear()
 
 
+def _text_cfg(model_name: str) -> dict[str, Any]:
+    """The ``text_cfg`` of an open_clip model's config (no weights are built or downloaded)."""
+    register_tiny_configs()
+    cfg = _open_clip().get_model_config(_resolve_model_name(model_name))
+    if cfg is None or "text_cfg" not in cfg:
+        raise ModelError(f"open_clip model {model_name!r} has no text tower config")
+    return cfg["text_cfg"]
+
+
 def text_token_width(model_name: str) -> int:
     """Token-embedding width of an open_clip model's text tower, read from its
     config, so the server can size a prompt without loading (or downloading) weights."""
-    register_tiny_configs()
-    name = _resolve_model_name(model_name)
-    cfg = _open_clip().get_model_config(name)
-    if cfg is None or "text_cfg" not in cfg:
-        raise ModelError(f"open_clip model {model_name!r} has no text tower config")
-    return int(cfg["text_cfg"].get("width", 512))
+    return int(_text_cfg(model_name).get("width", 512))
 
 
 def text_context_length(model_name: str) -> int:
     """Tokens the text tower of an open_clip model reads (start, prompt, class name, end),
     from its config alone."""
-    register_tiny_configs()
-    name = _resolve_model_name(model_name)
-    cfg = _open_clip().get_model_config(name)
-    if cfg is None or "text_cfg" not in cfg:
-        raise ModelError(f"open_clip model {model_name!r} has no text tower config")
-    return int(cfg["text_cfg"].get("context_length", 77))
+    return int(_text_cfg(model_name).get("context_length", 77))
