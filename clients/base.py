@@ -12,7 +12,7 @@ from torch import nn
 from fedapp.clientdata import ClientData
 from fedapp.config import RunConfig, client_model_names
 from fedapp.flops import model_forward_flops, train_step_flops
-from fedapp.models import build_model
+from fedapp.models import seeded_model
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
 from fedapp.state import StateStore
 from fedapp.training import EvalResult, LossFn, TensorData, TrainResult, cross_entropy_loss, evaluate, train
@@ -70,8 +70,12 @@ class FedAppClient(NumPyClient):
 
     def new_model(self, name: str | None = None) -> nn.Module:
         """A freshly initialised zoo model (this client's by default), seeded like the server's."""
-        torch.manual_seed(int(self.config["seed"]))
-        return build_model(name or self.model_name, self.data.num_classes, image_size=int(self.config["image-size"]))
+        return seeded_model(
+            name or self.model_name,
+            self.data.num_classes,
+            seed=int(self.config["seed"]),
+            image_size=int(self.config["image-size"]),
+        )
 
     def model_forward_flops(self, name: str | None = None) -> int:
         """FLOPs of one forward pass of a zoo model (this client's by default) on one sample."""

@@ -15,6 +15,7 @@ import torch
 
 from fedapp.config import RunConfig
 from fedapp.data import ArrayDataset, load_source, partition_indices, sample_external_test, split_stratified
+from fedapp.data.arrays import resolve_cache_dir
 from fedapp.data.tensors import to_float_tensor
 from fedapp.errors import DataError
 from fedapp.training import TensorData
@@ -108,6 +109,7 @@ def partition(config: RunConfig, labels: np.ndarray, num_partitions: int) -> lis
         classes_per_client=int(config["classes-per-client"]),
         shards_per_client=int(config["shards-per-client"]),
         seed=int(config["seed"]),
+        cache_dir=resolve_cache_dir(str(config["cache-dir"])),
     )
 
 

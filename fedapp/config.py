@@ -147,7 +147,7 @@ SCHEMA: dict[str, Key] = {
     "hf-name": Key(str, "", "Hugging Face dataset name when dataset = hf"),
     "download": Key(bool, False, "allow torchvision to download cifar10/cifar100"),
     "image-size": Key(int, 32, "side length images are resized to", low=8, high=1024),
-    "cache-dir": Key(str, "", "where decoded image arrays are cached (default ~/.cache/fedapp)"),
+    "cache-dir": Key(str, "", "where decoded image arrays and partitions are cached (default ~/.cache/fedapp)"),
     "partition": Key(str, "dirichlet", "label partition scheme", choices=PARTITIONS),
     "alpha": Key(float, 0.3, "Dirichlet concentration", low=0.0, low_open=True),
     "classes-per-client": Key(int, 2, "classes per client (pathological)", low=1),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import shlex
 import signal
@@ -32,17 +33,65 @@ from pathlib import Path
 import tomli_w
 
 from fedapp.config import APP_ROOT, load_preset, resolve_run_config
-from fedapp.errors import FedAppError
+from fedapp.errors import ConfigError, FedAppError
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
 
 
 def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_client: float) -> str:
-    """``--federation-config`` for a local simulation of ``num_supernodes`` clients."""
+    """``--federation-config`` for a local simulation of ``num_supernodes`` clients.
+
+    ``gpus_per_client`` is Ray's share of a GPU per client: 0.25 packs four
+    clients' workers on each GPU; 0 (the default) leaves the GPUs out.
+    """
     items = [f"num-supernodes={num_supernodes}", f"client-resources-num-cpus={cpus_per_client}"]
     if gpus_per_client:
         items.append(f"client-resources-num-gpus={gpus_per_client}")
     return " ".join(items)
+
+
+def check_client_resources(cpus_per_client: int, gpus_per_client: float, gpus_available: int | None = None) -> None:
+    """Refuse client resources that Ray or Flower would reject only once the simulation runs.
+
+    Parameters
+    ----------
+    cpus_per_client : int
+        CPUs per simulated client; at least 1.
+    gpus_per_client : float
+        GPUs per simulated client: 0, a fraction below 1 (clients share a GPU),
+        or a whole number (Ray accepts nothing else).
+    gpus_available : int, optional
+        GPUs this machine has; checked against ``gpus_per_client`` when given.
+
+    Raises
+    ------
+    ConfigError
+        Naming the flag and the value.
+    """
+    if cpus_per_client < 1:
+        raise ConfigError(f"--cpus-per-client {cpus_per_client}: each client needs at least 1 CPU")
+    gpus = float(gpus_per_client)
+    flag = f"--gpus-per-client {gpus_per_client:g}"
+    if not math.isfinite(gpus) or gpus < 0:
+        raise ConfigError(f"{flag}: must be 0 (no GPU), a share of one GPU below 1 (e.g. 0.25), or a whole number")
+    if gpus > 1 and not gpus.is_integer():
+        raise ConfigError(
+            f"{flag}: above 1, Ray only hands out whole GPUs; use {math.floor(gpus)} or {math.ceil(gpus)}, "
+            "or a share below 1 to put several clients on one GPU"
+        )
+    if gpus and gpus_available is not None and gpus_available < math.ceil(gpus):
+        found = "no GPU" if gpus_available == 0 else f"only {gpus_available} GPU(s)"
+        raise ConfigError(
+            f"{flag}: torch finds {found} on this machine (Flower would stop with an empty actor pool); "
+            "leave the flag out to simulate on CPUs"
+        )
+
+
+def visible_gpus() -> int:
+    """GPUs torch can use on this machine, which the local simulation's workers share."""
+    import torch  # noqa: PLC0415 - needed only when GPUs are asked for
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def parse_overrides(text: list[str]) -> dict:
@@ -134,9 +183,10 @@ def run(
 ) -> Path:
     """Run one simulation through ``flwr run`` and return its results folder.
 
-    The configuration is validated here first, so a bad key fails in a second
-    instead of inside the SuperLink.
+    The configuration and the client resources are validated here first, so a
+    bad key or flag fails in a second instead of inside the SuperLink.
     """
+    check_client_resources(cpus_per_client, gpus_per_client, visible_gpus() if gpus_per_client else None)
     overrides = expand_preset(overrides)
     config = resolve_run_config(overrides)
     num_clients = num_clients or int(config["num-partitions"])
@@ -209,8 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", help="YAML preset in conf/ (same as --run-config 'preset=\"...\"')")
     parser.add_argument("--run-config", action="append", default=[], help="Flower-style 'key=value ...' overrides")
     parser.add_argument("--num-clients", type=int, help="simulated SuperNodes (default: num-partitions)")
-    parser.add_argument("--cpus-per-client", type=int, default=1)
-    parser.add_argument("--gpus-per-client", type=float, default=0.0)
+    parser.add_argument("--cpus-per-client", type=int, default=1, help="CPUs Ray reserves per client (default 1)")
+    parser.add_argument(
+        "--gpus-per-client",
+        type=float,
+        default=0.0,
+        help="share of a GPU per client: 0.25 puts 4 clients on each GPU; 0 (default): CPUs only",
+    )
     parser.add_argument("--flwr-home", type=Path, help="Flower home to use (default: a new temporary folder)")
     args = parser.parse_args(argv)
     try:

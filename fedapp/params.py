@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import torch
 from torch import nn
@@ -11,6 +13,32 @@ from fedapp.errors import FedAppError
 
 class PayloadError(FedAppError, ValueError):
     """Received arrays do not fit the model they are meant for."""
+
+
+def decode_ndarray(tensor: bytes) -> np.ndarray:
+    """One ``.npy``-encoded array (as Flower's ``ndarray_to_bytes`` writes it), without copying.
+
+    The result is a read-only view of ``tensor``: decoding a large update costs no
+    memory and no time, where ``np.load`` copies every byte into a fresh array.
+    Formats a view cannot serve (object arrays, unusual header versions) go
+    through ``np.load``.
+    """
+    stream = io.BytesIO(tensor)
+    version = np.lib.format.read_magic(stream)
+    if version not in ((1, 0), (2, 0)):
+        return np.load(io.BytesIO(tensor), allow_pickle=False)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran_order, dtype = read_header(stream)
+    if dtype.hasobject:
+        raise PayloadError("object arrays are not accepted in a payload")
+    count = int(np.prod(shape, dtype=np.int64))
+    flat = np.frombuffer(tensor, dtype=dtype, count=count, offset=stream.tell())
+    return flat.reshape(shape, order="F" if fortran_order else "C")
+
+
+def decode_parameters(tensors: list[bytes]) -> list[np.ndarray]:
+    """Flower ``Parameters.tensors`` as read-only array views (see :func:`decode_ndarray`)."""
+    return [decode_ndarray(tensor) for tensor in tensors]
 
 
 def get_arrays(module: nn.Module) -> list[np.ndarray]:

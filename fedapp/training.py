@@ -7,7 +7,9 @@ both are arguments here, so no method carries its own copy of the loop.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -17,7 +19,8 @@ from torch import Tensor, nn
 
 from fedapp.data.tensors import iterate_batches
 
-log = logging.getLogger(__name__)
+# Flower's logger, as elsewhere in fedapp: it has a handler that prints INFO (the root logger drops it).
+log = logging.getLogger("flwr.fedapp")
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 """``loss_fn(model, x, y)`` returns the scalar loss of one mini-batch."""
@@ -70,14 +73,59 @@ def cross_entropy_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 
 
 def select_device(name: str) -> torch.device:
-    """Map the ``device`` config value to a torch device, falling back to CPU."""
+    """Map the ``device`` config value to a torch device, falling back to CPU.
+
+    ``"auto"`` picks CUDA when torch sees a GPU, else the CPU, and says which
+    at INFO; ``"cuda"`` without a usable GPU falls back to the CPU with a
+    WARNING. Each line is logged once per process, not once per client.
+
+    Parameters
+    ----------
+    name : str
+        ``"auto"``, ``"cpu"`` or ``"cuda"`` (the config key's choices).
+
+    Returns
+    -------
+    torch.device
+        ``cpu`` or ``cuda`` (the current CUDA device).
+    """
     if name == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
+        # A Ray simulation worker sees only the GPU Ray assigned it (Ray sets
+        # CUDA_VISIBLE_DEVICES per worker), so plain "cuda" is that GPU there.
+        index = torch.cuda.current_device()
+        _log_once(logging.INFO, f"device = {name}: using cuda:{index} ({_gpu_description(index)})")
         return torch.device("cuda")
+    reason = _no_cuda_reason()
     if name == "cuda":
-        log.warning("device = cuda requested but CUDA is not available; using CPU")
+        _log_once(logging.WARNING, f"device = cuda requested but CUDA is not available ({reason}); using CPU")
+    else:
+        _log_once(logging.INFO, f"device = {name}: CUDA not available ({reason}); using CPU")
     return torch.device("cpu")
+
+
+@functools.cache
+def _log_once(level: int, message: str) -> None:
+    # select_device runs for every client a worker builds; the line matters once.
+    log.log(level, message)
+
+
+def _gpu_description(index: int) -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    name = torch.cuda.get_device_name(index)
+    return name if visible is None else f"{name}; CUDA_VISIBLE_DEVICES={visible}"
+
+
+def _no_cuda_reason() -> str:
+    if torch.version.cuda is None:
+        return "this torch build has no CUDA support"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        # Ray sets it to "" in simulation workers that were given no GPU.
+        hint = "simulated clients get one with --gpus-per-client"
+        return f"no GPU visible with CUDA_VISIBLE_DEVICES={visible!r}; {hint}"
+    return "no CUDA device found"
 
 
 def train(

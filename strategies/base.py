@@ -30,7 +30,6 @@ from flwr.common import (
     Parameters,
     Scalar,
     ndarrays_to_parameters,
-    parameters_to_ndarrays,
 )
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
@@ -52,6 +51,7 @@ from fedapp.config import RunConfig, held_out_partitions
 from fedapp.errors import ConfigError, StateError
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
 from fedapp.models import build_model
+from fedapp.params import decode_parameters
 from fedapp.registry import strategy_class
 
 if TYPE_CHECKING:
@@ -332,7 +332,7 @@ class FedAppStrategy(Strategy):
         fit_ins = FitIns(parameters, self.fit_config(server_round))
         round_log = self._round_log[server_round]
         round_log.bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
-        round_log.params_down = [_num_params(parameters_to_ndarrays(parameters))] * len(clients)
+        round_log.params_down = [_num_params(decode_parameters(parameters.tensors))] * len(clients)
         return [(client, fit_ins) for client in clients]
 
     def aggregate_fit(
@@ -469,7 +469,7 @@ class FedAppStrategy(Strategy):
         for proxy, res in results:
             up = payload_bytes(res.parameters.tensors)
             try:
-                arrays = parameters_to_ndarrays(res.parameters)
+                arrays = decode_parameters(res.parameters.tensors)
             except Exception as err:
                 problem = f"undecodable payload ({err})"
             else:

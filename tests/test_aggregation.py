@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from flwr.common import ndarrays_to_parameters
+from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
 from fedapp.aggregation import metrics_problem, update_problem, weighted_average
 from fedapp.metrics import AccuracyStats, payload_bytes
+from fedapp.params import decode_parameters
 
 
 def test_weighted_average_weights_by_examples():
@@ -60,3 +61,21 @@ def test_payload_bytes_is_the_serialized_size_of_the_arrays():
 def test_accuracy_stats_ignore_clients_without_a_test_set():
     stats = AccuracyStats.of([0.5, 1.0, float("nan")])
     assert stats.clients == 2 and stats.mean == 0.75 and stats.worst == 0.5
+
+
+def test_decode_parameters_is_a_zero_copy_view_equal_to_flowers_decoder() -> None:
+    arrays = [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.asfortranarray(np.arange(6, dtype=np.float64).reshape(2, 3)),
+        np.array(5, dtype=np.int64),
+        np.zeros((0, 3), dtype=np.float16),
+        np.array([True, False]),
+    ]
+    params = ndarrays_to_parameters(arrays)
+    decoded = decode_parameters(params.tensors)
+    for ours, flowers, original in zip(decoded, parameters_to_ndarrays(params), arrays, strict=True):
+        assert ours.dtype == flowers.dtype == original.dtype
+        assert ours.shape == flowers.shape == original.shape
+        np.testing.assert_array_equal(ours, original)
+        assert not ours.flags.writeable  # a view of the received bytes, not a copy
+    assert np.shares_memory(decoded[0], np.frombuffer(params.tensors[0], dtype=np.uint8))

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.slow
 
 
 def load_script(name: str):
-    """Import ``benchmarks/<name>.py`` as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    """Import ``benchmarks/<name>.py`` as module ``name`` (the folder is not a package; the
+    scripts put it on ``sys.path``, so the worker processes they spawn import them by that name)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the script is executing
     spec.loader.exec_module(module)
@@ -58,3 +59,43 @@ def test_bytes_smoke_measures_every_method_and_the_wire_is_never_smaller(capsys)
     assert by_method["standalone"].up.payload == by_method["standalone"].down.payload == 0
     fedavg = by_method["fedavg"]
     assert fedavg.up.params == fedavg.down.params > 0
+
+
+def test_overhead_smoke_runs_both_ways_and_the_simulation_computes_what_the_plain_loop_does(capsys):
+    overhead = load_script("overhead")
+    rows = overhead.main(["--smoke"])
+    printed = table_rows(capsys.readouterr().out)
+
+    assert [(r.method, r.clients) for r in rows] == [(m, 4) for m in overhead.SMOKE_METHODS]
+    assert [cells[0] for cells in printed] == list(overhead.SMOKE_METHODS)
+    for row in rows:
+        # The same clients, seeds and thread layout: Flower's run reproduces the process loop exactly.
+        assert row.same_accuracy, (row.method, row.processes.acc_mean, [m["acc_mean"] for m in row.flower.metrics])
+        assert len(row.threads.acc_mean) == len(row.processes.acc_mean) == 2
+        assert all(m["clients_fit"] == 4 for m in row.flower.metrics)
+        assert row.plain_wall > 0 and row.flower.wall_seconds > 0
+
+
+def test_scale_smoke_measures_rounds_and_the_memory_of_every_process(capsys):
+    scale = load_script("scale")
+    runs = scale.main(["--smoke"])
+    printed = table_rows(capsys.readouterr().out)
+
+    assert [r.method for r in runs] == list(scale.METHODS)
+    assert [cells[0] for cells in printed] == list(scale.METHODS)
+    for run in runs:
+        assert run.setting == scale.Setting(20, 0.25)
+        assert run.clients_fit == [5, 5]  # 25% of 20 sampled in each round
+        assert len(run.round_seconds) == 2
+        # The SuperLink, the simulation process and its Ray workers were found and measured.
+        assert run.processes >= 4
+        assert run.peak_pss > 100 * 2**20
+
+
+def test_scale_settings_are_parsed_and_bad_ones_named():
+    scale = load_script("scale")
+    assert scale.parse_settings("1000:0.1,100:1") == [scale.Setting(1000, 0.1), scale.Setting(100, 1.0)]
+    assert scale.Setting(1000, 0.1).sampled == 100
+    for bad in ("1000:0", "1:0.5", "many:0.1", "100:1.5"):
+        with pytest.raises(ValueError, match="setting"):
+            scale.parse_settings(bad)

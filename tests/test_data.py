@@ -386,6 +386,51 @@ def test_partition_cache_hits_and_returns_copies(labels: np.ndarray) -> None:
     assert (second[0] >= 0).all()
 
 
+def test_partition_disk_cache_is_read_back_without_partitioning_again(
+    labels: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    partition._partition_cached.cache_clear()
+    first = partition_indices(labels, 5, "dirichlet", alpha=0.5, seed=3, cache_dir=tmp_path)
+    files = list((tmp_path / "partitions").glob("*.npz"))
+    assert len(files) == 1
+    partition._partition_cached.cache_clear()  # a new process: only the disk remains
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("partitioned again instead of reading the cache")
+
+    monkeypatch.setattr(partition, "_compute_parts", refuse)
+    again = partition_indices(labels, 5, "dirichlet", alpha=0.5, seed=3, cache_dir=tmp_path)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    # Other arguments are another file: computing it is what the stand-in refuses.
+    with pytest.raises(AssertionError, match="partitioned again"):
+        partition_indices(labels, 5, "dirichlet", alpha=0.5, seed=4, cache_dir=tmp_path)
+
+
+def test_partition_disk_cache_that_is_corrupt_or_foreign_is_recomputed(labels: np.ndarray, tmp_path: Path) -> None:
+    partition._partition_cached.cache_clear()
+    expected = partition_indices(labels, 4, "iid", seed=1)
+    partition._partition_cached.cache_clear()
+    partition_indices(labels, 4, "iid", seed=1, cache_dir=tmp_path)
+    (cached,) = (tmp_path / "partitions").glob("*.npz")
+    for content in (b"not a zip", None):
+        if content is None:  # a valid file that holds 3 partitions instead of 4
+            np.savez(cached, indices=np.arange(10), offsets=np.array([0, 3, 6, 10]))
+        else:
+            cached.write_bytes(content)
+        partition._partition_cached.cache_clear()
+        got = partition_indices(labels, 4, "iid", seed=1, cache_dir=tmp_path)
+        assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+
+
+def test_digits_are_cached_and_read_back_equal(tmp_path: Path) -> None:
+    first = load_source("digits", image_size=16, cache_dir=str(tmp_path))
+    (cached,) = tmp_path.glob("digits-*-16px.npz")
+    again = load_source("digits", image_size=16, cache_dir=str(tmp_path))
+    assert np.array_equal(first.images, again.images) and np.array_equal(first.labels, again.labels)
+    assert again.class_names == first.class_names == tuple(str(d) for d in range(10))
+    assert cached.stat().st_size > 0
+
+
 def test_shard_partitions_hold_few_labels(labels: np.ndarray) -> None:
     parts = partition_indices(labels, 10, "shard", shards_per_client=2)
     # 1000 samples / 20 shards: each shard is a 50-sample slice of the label-sorted data.

@@ -20,6 +20,7 @@ from fedapp.models import (
     count_parameters,
     load_open_clip,
     register_tiny_configs,
+    seeded_model,
 )
 from fedapp.models.clip import TINY_CONFIG_DIR
 from fedapp.models.cnn import CNN_CONFIGS
@@ -284,3 +285,22 @@ def test_unknown_clip_model() -> None:
 def test_unknown_precision() -> None:
     with pytest.raises(ModelError, match="unknown precision 'fp8'"):
         load_open_clip(TINY_CLIP, precision="fp8")
+
+
+@pytest.mark.parametrize("name", ["cnn-1", "cnn-5", "vgg-2"])
+def test_seeded_model_equals_a_fresh_build_and_leaves_the_same_rng(name: str) -> None:
+    torch.manual_seed(7)
+    fresh = build_model(name, 10, image_size=32)
+    after_fresh = torch.rand(3)
+    for _ in range(2):  # the second call copies the cached template
+        copied = seeded_model(name, 10, seed=7, image_size=32)
+        after_copied = torch.rand(3)
+        assert torch.equal(after_copied, after_fresh)
+        for (key, a), b in zip(fresh.state_dict().items(), copied.state_dict().values(), strict=True):
+            assert torch.equal(a, b), key
+    # Each call owns its model: training one does not touch the next.
+    with torch.no_grad():
+        next(copied.parameters()).add_(1.0)
+    again = seeded_model(name, 10, seed=7, image_size=32)
+    assert torch.equal(next(again.parameters()), next(fresh.parameters()))
+    assert not torch.equal(next(seeded_model(name, 10, seed=8).parameters()), next(fresh.parameters()))

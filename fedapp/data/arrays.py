@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,3 +160,37 @@ def resolve_cache_dir(cache_dir: str = "") -> Path:
     """
     chosen = cache_dir or os.environ.get(CACHE_ENV_VAR, "") or str(DEFAULT_CACHE_DIR)
     return Path(chosen).expanduser().resolve()
+
+
+def read_cached_dataset(cache_file: Path) -> ArrayDataset | None:
+    """The cached dataset, or ``None`` if absent or unreadable (it is rebuilt)."""
+    try:
+        with np.load(cache_file, allow_pickle=False) as npz:
+            return ArrayDataset(
+                images=npz["images"], labels=npz["labels"], class_names=tuple(str(n) for n in npz["class_names"])
+            )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, DataError):
+        return None
+
+
+def write_cached_dataset(cache_file: Path, dataset: ArrayDataset) -> None:
+    """Write atomically; a failure only costs a re-decode next time, so it warns."""
+    tmp = None
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=cache_file.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(
+                handle,
+                images=dataset.images,
+                labels=dataset.labels,
+                class_names=np.asarray(dataset.class_names, dtype=str),
+            )
+        os.replace(tmp, cache_file)
+    except OSError as exc:
+        warnings.warn(f"could not write dataset cache {cache_file}: {exc}", stacklevel=2)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

@@ -7,22 +7,25 @@ when a folder or archive wraps it in extra single directories.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tarfile
 import tempfile
-import warnings
-import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 from PIL import Image
 
-from fedapp.data.arrays import ArrayDataset, pil_to_rgb_array, resolve_cache_dir
+from fedapp.data.arrays import (
+    ArrayDataset,
+    pil_to_rgb_array,
+    read_cached_dataset,
+    resolve_cache_dir,
+    write_cached_dataset,
+)
 from fedapp.errors import DataError
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"})
@@ -84,7 +87,7 @@ def _load_archive(path: Path, *, image_size: int, split: str, cache: Path) -> Ar
     key = _cache_key(
         kind="archive", path=str(path), size=stat.st_size, mtime_ns=stat.st_mtime_ns, split=split, image_size=image_size
     )
-    cached = _read_cache(_cache_file(cache, key))
+    cached = read_cached_dataset(_cache_file(cache, key))
     if cached is not None:
         return cached
     root = find_root(extract_archive(path, cache), split)
@@ -206,12 +209,12 @@ def _decode_or_load(
     key: str, cache: Path, class_names: tuple[str, ...], files: list[ImageFile], image_size: int
 ) -> ArrayDataset:
     cache_file = _cache_file(cache, key)
-    cached = _read_cache(cache_file)
+    cached = read_cached_dataset(cache_file)
     if cached is not None:
         return cached
     images, labels = _decode_all(files, image_size)
     dataset = ArrayDataset(images=images, labels=labels, class_names=class_names)
-    _write_cache(cache_file, dataset)
+    write_cached_dataset(cache_file, dataset)
     return dataset
 
 
@@ -230,40 +233,6 @@ def _cache_key(**parts: object) -> str:
 
 def _cache_file(cache: Path, key: str) -> Path:
     return cache / f"imagefolder-{key[:32]}.npz"
-
-
-def _read_cache(cache_file: Path) -> ArrayDataset | None:
-    """The cached dataset, or ``None`` if absent or unreadable (it is rebuilt)."""
-    try:
-        with np.load(cache_file, allow_pickle=False) as npz:
-            return ArrayDataset(
-                images=npz["images"], labels=npz["labels"], class_names=tuple(str(n) for n in npz["class_names"])
-            )
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, DataError):
-        return None
-
-
-def _write_cache(cache_file: Path, dataset: ArrayDataset) -> None:
-    """Write atomically; a failure only costs a re-decode next time, so it warns."""
-    tmp = None
-    try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=cache_file.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(
-                handle,
-                images=dataset.images,
-                labels=dataset.labels,
-                class_names=np.asarray(dataset.class_names, dtype=str),
-            )
-        os.replace(tmp, cache_file)
-    except OSError as exc:
-        warnings.warn(f"could not write dataset cache {cache_file}: {exc}", stacklevel=2)
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 # --- archives ----------------------------------------------------------------

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import math
+import os
+import tempfile
 import warnings
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from datasets import Dataset
-from flwr_datasets.partitioner import (
-    DirichletPartitioner,
-    IidPartitioner,
-    Partitioner,
-    PathologicalPartitioner,
-    ShardPartitioner,
-)
 
 from fedapp.errors import DataError
+
+if TYPE_CHECKING:  # flwr-datasets (and HF datasets, scipy, seaborn with it) take seconds to import
+    from flwr_datasets.partitioner import Partitioner
+
+log = logging.getLogger("flwr.fedapp")
 
 PARTITIONS = ("iid", "dirichlet", "pathological", "shard")
 
@@ -39,11 +42,14 @@ def partition_indices(
     shards_per_client: int = 2,
     seed: int = 0,
     min_partition_size: int = 0,
+    cache_dir: str | os.PathLike | None = None,
 ) -> list[np.ndarray]:
     """Assign sample indices to ``num_partitions`` clients.
 
     A pure function of its arguments, cached in-process because every simulated
-    client calls it with the same arguments.
+    client calls it with the same arguments, and with ``cache_dir`` also on disk:
+    the ServerApp partitions once before round 1 and every simulation worker
+    then reads the result instead of importing flwr-datasets and partitioning again.
 
     Parameters
     ----------
@@ -64,6 +70,9 @@ def partition_indices(
     min_partition_size : int
         ``dirichlet``: smallest acceptable client; flwr-datasets resamples until
         every client has it. ``0`` means ``max(1, min(10, N // num_partitions // 2))``.
+    cache_dir : str or os.PathLike, optional
+        Folder for ``partitions/<key>.npz`` files (written atomically; an
+        unreadable one is recomputed). ``None`` keeps the cache in memory only.
 
     Returns
     -------
@@ -100,6 +109,7 @@ def partition_indices(
         shards_per_client=int(shards_per_client),
         seed=int(seed),
         min_partition_size=int(min_partition_size),
+        cache_dir=None if cache_dir is None else str(cache_dir),
     )
     # Copies, so a caller that mutates its partition cannot corrupt the cache.
     return [part.copy() for part in parts]
@@ -181,7 +191,90 @@ def _partition_cached(
     shards_per_client: int,
     seed: int,
     min_partition_size: int,
+    cache_dir: str | None,
 ) -> tuple[np.ndarray, ...]:
+    arguments = dict(
+        alpha=alpha,
+        classes_per_client=classes_per_client,
+        shards_per_client=shards_per_client,
+        seed=seed,
+        min_partition_size=min_partition_size,
+    )
+    path = None
+    if cache_dir is not None:
+        path = _disk_path(Path(cache_dir), key, num_partitions, scheme, arguments)
+        parts = _read_parts(path, num_partitions, len(key.labels))
+        if parts is not None:
+            return parts
+    parts = _compute_parts(key, num_partitions, scheme, **arguments)
+    if path is not None:
+        _write_parts(path, parts)
+    return parts
+
+
+def _disk_path(cache_dir: Path, key: _LabelKey, num_partitions: int, scheme: str, arguments: dict) -> Path:
+    # Everything the result depends on, including the partitioners' code.
+    versions = []
+    for package in ("flwr-datasets", "datasets"):
+        try:
+            versions.append(version(package))
+        except PackageNotFoundError:
+            versions.append("?")
+    text = repr((key.digest, num_partitions, scheme, sorted(arguments.items()), PATHOLOGICAL_ASSIGNMENT, versions))
+    return cache_dir / "partitions" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.npz"
+
+
+def _read_parts(path: Path, num_partitions: int, num_samples: int) -> tuple[np.ndarray, ...] | None:
+    """The cached partition, or None when absent or not a valid partition of these samples."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            indices, offsets = stored["indices"], stored["offsets"]
+        parts = tuple(np.asarray(part, dtype=np.int64) for part in np.split(indices, offsets[1:-1]))
+        valid = len(parts) == num_partitions and offsets[-1] == len(indices) and indices.max(initial=-1) < num_samples
+    except (OSError, ValueError, KeyError, IndexError) as err:
+        log.warning("partition cache %s is unreadable (%s); partitioning again", path, err)
+        return None
+    if not valid:
+        log.warning("partition cache %s does not fit this data; partitioning again", path)
+        return None
+    for part in parts:
+        part.setflags(write=False)
+    return parts
+
+
+def _write_parts(path: Path, parts: tuple[np.ndarray, ...]) -> None:
+    """Store ``parts`` atomically (workers may race to write the same file); failures only log."""
+    offsets = np.cumsum([0, *(len(part) for part in parts)], dtype=np.int64)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, indices=np.concatenate(parts) if parts else np.zeros(0, np.int64), offsets=offsets)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as err:
+        log.debug("could not cache the partition in %s: %s", path, err)
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _compute_parts(
+    key: _LabelKey,
+    num_partitions: int,
+    scheme: str,
+    *,
+    alpha: float,
+    classes_per_client: int,
+    shards_per_client: int,
+    seed: int,
+    min_partition_size: int,
+) -> tuple[np.ndarray, ...]:
+    from datasets import Dataset  # noqa: PLC0415 - see the TYPE_CHECKING import above
+
     # IidPartitioner cuts contiguous blocks, so shuffle first (as FederatedDataset
     # does); the "idx" column maps rows back to the caller's indices.
     table = Dataset.from_dict({"label": key.labels, "idx": np.arange(len(key.labels))})
@@ -213,6 +306,13 @@ def _make_partitioner(
     seed: int,
     min_partition_size: int,
 ) -> Partitioner:
+    from flwr_datasets.partitioner import (  # noqa: PLC0415 - see the TYPE_CHECKING import above
+        DirichletPartitioner,
+        IidPartitioner,
+        PathologicalPartitioner,
+        ShardPartitioner,
+    )
+
     if scheme == "iid":
         return IidPartitioner(num_partitions=num_partitions)
     if scheme == "dirichlet":

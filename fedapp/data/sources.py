@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr_datasets import FederatedDataset
 from PIL import Image
-from sklearn.datasets import load_digits
 
 from fedapp.data.arrays import (
     ArrayDataset,
     check_image_size,
     pil_to_rgb_array,
+    read_cached_dataset,
     resize_images,
     resolve_cache_dir,
+    write_cached_dataset,
 )
 from fedapp.data.imagefolder import load_imagefolder
 from fedapp.errors import DataError
@@ -73,7 +74,7 @@ def load_source(
     """
     image_size = check_image_size(image_size)
     if dataset == "digits":
-        return _load_digits(image_size, split)
+        return _load_digits(image_size, split, cache_dir)
     if dataset == "imagefolder":
         return load_imagefolder(data_dir, image_size=image_size, split=split, cache_dir=cache_dir)
     if dataset in ("cifar10", "cifar100"):
@@ -85,9 +86,26 @@ def load_source(
     raise DataError(f"unknown dataset {dataset!r}; valid: {', '.join(SOURCES)}")
 
 
-def _load_digits(image_size: int, split: str) -> ArrayDataset:
+def _load_digits(image_size: int, split: str, cache_dir: str) -> ArrayDataset:
     if split == "test":
         raise DataError("dataset 'digits' has a single split; it has no 'test' split (each client splits its own data)")
+    # scikit-learn (with scipy and pandas) takes seconds to import: every simulation worker
+    # would pay it, so the resized arrays are cached and read back without it.
+    try:
+        sklearn_version = version("scikit-learn")
+    except PackageNotFoundError:
+        sklearn_version = "?"
+    cache_file = resolve_cache_dir(cache_dir) / f"digits-{sklearn_version}-{image_size}px.npz"
+    cached = read_cached_dataset(cache_file)
+    if cached is None:
+        cached = _decode_digits(image_size)
+        write_cached_dataset(cache_file, cached)
+    return cached
+
+
+def _decode_digits(image_size: int) -> ArrayDataset:
+    from sklearn.datasets import load_digits  # noqa: PLC0415 - see _load_digits
+
     bunch = load_digits()
     # Pixel values are 0..16 (4x4 block counts), not 0..255.
     gray = np.rint(bunch.images * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)
@@ -155,6 +173,8 @@ def _load_hf_split(hf_name: str, *, data_dir: str, split: str, cache_dir: str) -
         # Only an explicit cache_dir moves HF's cache; otherwise HF's own
         # configuration (HF_DATASETS_CACHE) applies.
         extra["cache_dir"] = str(Path(cache_dir).expanduser() / "hf")
+    from flwr_datasets import FederatedDataset  # noqa: PLC0415 - seconds to import; only this source needs it
+
     # shuffle=False: order does not matter here (partitioning reshuffles), and
     # a stable order keeps indices comparable between runs.
     fds = FederatedDataset(dataset=hf_name, partitioners={split: 1}, shuffle=False, **extra)

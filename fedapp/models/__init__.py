@@ -7,9 +7,12 @@ CLIP function is called, so using the CNN zoo stays cheap.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from functools import partial
 
+import torch
 from torch import nn
 
 from fedapp.errors import ModelError
@@ -51,6 +54,7 @@ __all__ = [
     "count_parameters",
     "load_open_clip",
     "register_tiny_configs",
+    "seeded_model",
     "text_context_length",
     "text_token_width",
 ]
@@ -102,6 +106,42 @@ def build_model(
     if key not in ZOO:
         raise ModelError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
     return ZOO[key](num_classes, image_size=image_size, in_channels=in_channels)
+
+
+def seeded_model(name: str, num_classes: int, *, seed: int, image_size: int = 32, in_channels: int = 3) -> nn.Module:
+    """What ``torch.manual_seed(seed)`` then :func:`build_model` returns, without the initialisation cost.
+
+    Clients build their model for every message (a simulation worker serves many
+    clients) and then overwrite it with received or stored weights, so random
+    initialisation used to be a large share of a round. The first call per
+    process builds a template; later calls copy it and leave torch's RNG exactly
+    where building would have, so results do not change.
+
+    Parameters
+    ----------
+    name, num_classes, image_size, in_channels
+        As in :func:`build_model`.
+    seed : int
+        The seed set before building.
+
+    Returns
+    -------
+    nn.Module
+        A new model, owned by the caller.
+    """
+    template, rng_after = _seeded_template(name, num_classes, seed, image_size, in_channels)
+    torch.manual_seed(seed)  # also seeds CUDA, as before; building on the CPU does not touch it
+    torch.set_rng_state(rng_after)
+    return copy.deepcopy(template)
+
+
+@functools.lru_cache(maxsize=16)
+def _seeded_template(
+    name: str, num_classes: int, seed: int, image_size: int, in_channels: int
+) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(seed)
+    model = build_model(name, num_classes, image_size=image_size, in_channels=in_channels)
+    return model, torch.get_rng_state()
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:

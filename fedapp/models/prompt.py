@@ -270,7 +270,8 @@ class PromptTextEncoder(nn.Module):
             x = self.text_projection(x)
         elif self.text_projection is not None:
             x = x @ self.text_projection
-        return F.normalize(x, dim=-1)
+        # float32 out, as the cached image features: logits and loss stay fp32 under fp16/bf16.
+        return F.normalize(x.float(), dim=-1)
 
     def _cast_dtype(self) -> torch.dtype:
         get = getattr(self.transformer, "get_cast_dtype", None)
@@ -294,7 +295,7 @@ class PromptTextEncoder(nn.Module):
         Returns
         -------
         Tensor
-            ``(num_classes, embed_dim)``, L2-normalised.
+            ``(num_classes, embed_dim)`` float32, L2-normalised.
 
         Raises
         ------
@@ -318,7 +319,7 @@ class PromptTextEncoder(nn.Module):
         Returns
         -------
         Tensor
-            ``(embed_dim,)``, L2-normalised.
+            ``(embed_dim,)`` float32, L2-normalised.
 
         Raises
         ------
@@ -473,6 +474,9 @@ def encode_images(
 ) -> Tensor:
     """Encode images with the frozen image tower, in batches.
 
+    The tower runs in the model's precision (inputs are cast to
+    :attr:`LoadedClip.compute_dtype`); the features come back as float32.
+
     Parameters
     ----------
     clip : LoadedClip
@@ -498,7 +502,8 @@ def encode_images(
     chunks = []
     for start in range(0, len(images), batch_size):
         x = clip_image_batch(images[start : start + batch_size], clip)
-        features = clip.model.encode_image(x.to(device=target, dtype=param.dtype))
+        # Not param.dtype: a ViT's first parameter (class_embedding) stays float32 under fp16/bf16.
+        features = clip.model.encode_image(x.to(device=target, dtype=clip.compute_dtype))
         chunks.append(F.normalize(features.float(), dim=-1))
     if not chunks:
         return torch.empty(0, clip.embed_dim, device=target)
