@@ -21,6 +21,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -199,6 +200,7 @@ def run(
         results = Path.cwd() / results
         overrides = {**overrides, "results-dir": str(results)}
     run_dir = results / config.run_name
+    own_home = flwr_home is None  # a temporary home is removed after the run; a given one is the caller's
     home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).resolve()
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(LOCAL_CONNECTION_TOML)
@@ -228,6 +230,8 @@ def run(
             subprocess.run(command, env=env, check=True, timeout=timeout)
     finally:
         stop_processes(superlink_pids(home))
+        if own_home:
+            shutil.rmtree(home, ignore_errors=True)
     if not summary.exists() or summary.stat().st_mtime < started:
         raise FedAppError(f"the run ended without writing {summary}; see the log above")
     rounds = json.loads(summary.read_text()).get("rounds", 0)

@@ -143,6 +143,7 @@ class RunRecorder:
             "final_held_out_acc_worst": last.extra.get("held_out_acc_worst"),
             "best_acc_mean": max(r.acc_mean for r in self.records),
             "total_mb": last.mb_cumulative,
+            "total_eval_mb": last.extra.get("mb_eval_cumulative", 0.0),
             "total_seconds": sum(r.round_seconds for r in self.records),
             "mean_round_seconds": float(np.mean([r.round_seconds for r in self.records])),
             "target_accuracy": self.target_accuracy,

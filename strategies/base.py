@@ -83,6 +83,7 @@ class _RoundLog:
     train_loss: float = float("nan")
     bytes_up: list[int] = field(default_factory=list)
     bytes_down: list[int] = field(default_factory=list)
+    bytes_eval_down: int = 0  # evaluation instructions carry the global arrays again
     params_up: list[int] = field(default_factory=list)
     params_down: list[int] = field(default_factory=list)
     train_flops: int = 0
@@ -137,6 +138,7 @@ class FedAppStrategy(Strategy):
         self.history: list[RoundRecord] = []
         self._round_log: dict[int, _RoundLog] = {}
         self._mb_cumulative = 0.0
+        self._mb_eval_cumulative = 0.0
         self._params_cumulative = 0
         self._flops_cumulative = 0
         self._global: Arrays = []
@@ -247,6 +249,7 @@ class FedAppStrategy(Strategy):
             strategy_state=self.strategy_state(),
             totals={
                 "mb_cumulative": self._mb_cumulative,
+                "mb_eval_cumulative": self._mb_eval_cumulative,
                 "params_cumulative": self._params_cumulative,
                 "flops_cumulative": self._flops_cumulative,
             },
@@ -274,6 +277,7 @@ class FedAppStrategy(Strategy):
         self.load_strategy_state(checkpoint.strategy_state)
         self._global = checkpoint.global_arrays
         self._mb_cumulative = checkpoint.totals["mb_cumulative"]
+        self._mb_eval_cumulative = checkpoint.totals.get("mb_eval_cumulative", 0.0)
         self._params_cumulative = int(checkpoint.totals["params_cumulative"])
         self._flops_cumulative = int(checkpoint.totals["flops_cumulative"])
         self.history = [RoundRecord(**row) for row in checkpoint.records]
@@ -379,6 +383,8 @@ class FedAppStrategy(Strategy):
             server_round, client_manager, float(self.config["fraction-evaluate"]), salt=1, training=False
         )
         ins = EvaluateIns(parameters, {"server-round": server_round})
+        round_log = self._round_log.setdefault(server_round, _RoundLog())
+        round_log.bytes_eval_down = payload_bytes(parameters.tensors) * len(clients)
         return [(client, ins) for client in clients]
 
     def aggregate_evaluate(
@@ -531,6 +537,7 @@ class FedAppStrategy(Strategy):
         round_log = self._round_log.pop(server_round, _RoundLog())
         round_total = sum(round_log.bytes_up) + sum(round_log.bytes_down)
         self._mb_cumulative += round_total / MB
+        self._mb_eval_cumulative += round_log.bytes_eval_down / MB
         params_total = sum(round_log.params_up) + sum(round_log.params_down)
         self._params_cumulative += params_total
         self._flops_cumulative += round_log.train_flops
@@ -557,6 +564,9 @@ class FedAppStrategy(Strategy):
                 "eval_failures": len(failures),
                 "left_out_reasons": list(round_log.left_out),
                 "round_skipped": round_log.skipped,
+                # Not in mb_cumulative, which is the training traffic the papers count.
+                "bytes_eval_down_round": round_log.bytes_eval_down,
+                "mb_eval_cumulative": self._mb_eval_cumulative,
                 **round_log.extra,
                 **eval_extra,
             },

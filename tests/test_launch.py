@@ -8,9 +8,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import fedapp.launch as launch_module
 from fedapp.errors import ConfigError
 from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run, stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
@@ -51,6 +53,33 @@ class _HealthyHandler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.slow
+def test_a_temporary_flower_home_is_removed_even_when_the_run_fails(tmp_path, monkeypatch):
+    made = tmp_path / "made-by-launch"
+
+    def mkdtemp(prefix=""):
+        made.mkdir()
+        return str(made)
+
+    real_run = subprocess.run
+
+    def failing_flwr_run(command, **kwargs):
+        if command[0] == "pgrep":  # looking for a SuperLink to stop: none was started
+            return real_run(command, **kwargs)
+        assert (Path(kwargs["env"]["FLWR_HOME"]) / "config.toml").exists()  # the connection file is in the home
+        raise subprocess.CalledProcessError(1, command)
+
+    monkeypatch.setattr(launch_module.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(launch_module.subprocess, "run", failing_flwr_run)
+    with pytest.raises(subprocess.CalledProcessError):
+        run({"num-rounds": 1, "results-dir": str(tmp_path / "results")}, num_clients=2)
+    assert not made.exists()
+    # A home the caller names is the caller's: it stays.
+    given = tmp_path / "given"
+    with pytest.raises(subprocess.CalledProcessError):
+        run({"num-rounds": 1, "results-dir": str(tmp_path / "results")}, num_clients=2, flwr_home=given)
+    assert (given / "config.toml").exists()
+
+
 def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
     # Something already answers on Flower's default local SuperLink port (another
     # user's or another launch's SuperLink): the launch must use its own.

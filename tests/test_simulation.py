@@ -44,9 +44,13 @@ def test_fedavg_writes_metrics_summary_and_plots(tmp_path):
         # Up and down carry the same full model in FedAvg.
         assert row["bytes_up_per_client"] == row["bytes_down_per_client"] > 0
         assert row["bytes_round_total"] == 4 * 2 * row["bytes_up_per_client"]
+        # The evaluation instructions carry the global model to the 4 clients again, counted apart.
+        assert row["bytes_eval_down_round"] == 4 * row["bytes_down_per_client"]
     assert rows[1]["mb_cumulative"] == pytest.approx(2 * rows[0]["mb_cumulative"])
+    assert rows[1]["mb_eval_cumulative"] == pytest.approx(rows[1]["mb_cumulative"] / 2)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rounds"] == 2
+    assert summary["total_eval_mb"] == pytest.approx(rows[1]["mb_eval_cumulative"])
     assert (run_dir / "accuracy_vs_round.png").stat().st_size > 0
     assert (run_dir / "accuracy_vs_mb.png").stat().st_size > 0
     assert "method: fedavg" in (run_dir / "config.yaml").read_text()
@@ -58,6 +62,7 @@ def test_standalone_keeps_personal_models_on_disk_and_sends_nothing(tmp_path):
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert all(r["global_acc"] is None for r in rows)
     assert rows[-1]["bytes_up_per_client"] < 200  # an empty parameter list, no model
+    assert rows[-1]["bytes_eval_down_round"] == 0
     files = sorted(state_dir.glob("run/partition-*/model.npz"))
     assert len(files) == 4
     assert [r["fit_personal_rounds"] for r in rows] == [1.0, 2.0]
