@@ -56,6 +56,18 @@ class ResumingServer(Server):
         return super().evaluate_round(server_round + self.completed_rounds, timeout)
 
 
+# Flower's legacy server sends each client's message from a thread of its own that polls for
+# the reply (every 0.1 s in simulation). Its default pool (cores + 4 threads) keeps at most
+# that many messages in flight, so with light clients the workers wait on the polls; one
+# thread per client puts every message of a round in flight at once.
+MAX_IN_FLIGHT = 256
+
+
+def in_flight_messages(config: RunConfig) -> int:
+    """Threads the server sends a round's messages from: one per client, at most ``MAX_IN_FLIGHT``."""
+    return max(1, min(int(config["num-partitions"]), MAX_IN_FLIGHT))
+
+
 def server_components(config: RunConfig) -> ServerAppComponents:
     """The strategy (resumed from its checkpoint when ``resume``) and a server for the remaining rounds."""
     strategy = build_strategy(config)
@@ -65,6 +77,7 @@ def server_components(config: RunConfig) -> ServerAppComponents:
     if remaining == 0:
         log.info("the checkpoint has all %d rounds already; nothing left to run", completed)
     server = ResumingServer(client_manager=SimpleClientManager(), strategy=strategy, completed_rounds=completed)
+    server.set_max_workers(in_flight_messages(config))
     return ServerAppComponents(server=server, config=server_config(config, remaining))
 
 

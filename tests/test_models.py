@@ -17,6 +17,7 @@ from fedapp.models import (
     TINY_VIT_B,
     ZOO,
     build_model,
+    clear_clip_cache,
     count_parameters,
     load_open_clip,
     register_tiny_configs,
@@ -304,3 +305,21 @@ def test_seeded_model_equals_a_fresh_build_and_leaves_the_same_rng(name: str) ->
     again = seeded_model(name, 10, seed=7, image_size=32)
     assert torch.equal(next(again.parameters()), next(fresh.parameters()))
     assert not torch.equal(next(seeded_model(name, 10, seed=8).parameters()), next(fresh.parameters()))
+
+
+def test_a_random_init_backbone_is_the_same_in_every_process_and_leaves_the_rng_alone() -> None:
+    # Simulation workers and the server each load the backbone themselves, after different
+    # histories of the global RNG; without weights they must still hold the very same one.
+    loaded = []
+    for history in (1, 1000):
+        clear_clip_cache()
+        torch.manual_seed(history)
+        torch.rand(history)
+        before = torch.get_rng_state()
+        loaded.append([p.detach().clone() for p in load_open_clip(TINY_CLIP).model.parameters()])
+        assert torch.equal(torch.get_rng_state(), before)  # the caller's RNG is where it was
+    clear_clip_cache()
+    assert all(torch.equal(a, b) for a, b in zip(*loaded, strict=True))
+    # Another architecture is another draw, not the same numbers reshaped.
+    vit = load_open_clip(TINY_VIT_B).model.visual.conv1.weight.flatten()
+    assert not torch.equal(vit[:8], loaded[0][0].flatten()[:8])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import logging
 import os
 from collections.abc import Callable
@@ -228,16 +229,28 @@ def _vision_width(model: nn.Module, cfg: dict[str, Any]) -> int:
     return int(cfg["vision_cfg"]["width"])
 
 
+def _init_seed(model_name: str) -> int:
+    """The seed a backbone's random initialisation is drawn from (a function of its name)."""
+    return int.from_bytes(hashlib.sha256(model_name.encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
 @functools.lru_cache(maxsize=8)
 def _load_cached(model_name: str, pretrained: str, device: str, precision: str) -> LoadedClip:
     open_clip = _open_clip()
+    # Without pretrained weights the backbone is its random initialisation: draw it from a
+    # seed of the model's name, not from whatever the process's RNG has done so far, so every
+    # worker process, the server and every run hold the same backbone. The caller's RNG is
+    # left as it was.
+    cuda = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
     try:
-        model, _, preprocess = open_clip.create_model_and_transforms(
-            model_name,
-            pretrained=pretrained or None,
-            device=device,
-            precision=precision,
-        )
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(_init_seed(model_name))
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                model_name,
+                pretrained=pretrained or None,
+                device=device,
+                precision=precision,
+            )
     except Exception as err:
         # Name the source: a corrupt or mismatched checkpoint and a failed tag
         # download both surface as bare RuntimeErrors inside open_clip.
