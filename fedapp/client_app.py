@@ -8,6 +8,7 @@ files; ``state-dir`` overrides where personal state is written.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,6 +56,26 @@ def make_store(context: Context, config: RunConfig, partition_id: int) -> StateS
     return flower_state_store(context.state)
 
 
+def resolved_config(values: Mapping[str, Any], ignore_unknown: bool) -> RunConfig:
+    """:func:`resolve_run_config`, validated once per process for each distinct run config.
+
+    A simulation worker builds a client for every message, and validation checks
+    every client's share (e.g. each client's prompt length), which would make a
+    message's cost grow with the number of clients.
+    """
+    try:
+        key = tuple(sorted(values.items()))
+        hash(key)
+    except TypeError:  # an unhashable override (only from scripts): validate every time
+        return resolve_run_config(dict(values), ignore_unknown=ignore_unknown)
+    return _resolved_config(key, ignore_unknown)
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved_config(items: tuple[tuple[str, Any], ...], ignore_unknown: bool) -> RunConfig:
+    return resolve_run_config(dict(items), ignore_unknown=ignore_unknown)
+
+
 def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False):
     """A ``client_fn`` whose run config is Flower's, with ``overrides`` on top.
 
@@ -63,7 +84,7 @@ def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown
     """
 
     def client_fn(context: Context) -> Client:
-        config = resolve_run_config({**context.run_config, **(overrides or {})}, ignore_unknown=ignore_unknown)
+        config = resolved_config({**context.run_config, **(overrides or {})}, ignore_unknown)
         partition_id, num_partitions = node_partition(context.node_config, config)
         local_dir = str(context.node_config.get("data-dir", ""))
         data = load_client_data(config, partition_id, num_partitions, local_dir)

@@ -507,12 +507,13 @@ def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
         drawn = parse_local_lengths(str(v["local-prompt-lengths"]), int(v["num-partitions"]), int(v["seed"]))
         lengths["local-prompt-lengths"] = drawn
     models = client_clip_model_names(v)
+    try:
+        rooms = {model: text_context_length(model) - 3 for model in set(models)}
+    except ModelError:
+        return  # an unknown model is reported where it is loaded, with its own message
     for client in range(int(v["num-partitions"])):
         model = models[client % len(models)]
-        try:
-            room = text_context_length(model) - 3
-        except ModelError:
-            return  # an unknown model is reported where it is loaded, with its own message
+        room = rooms[model]
         for key, values in lengths.items():
             length = values[client % len(values)]
             if length > room:

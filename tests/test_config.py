@@ -110,3 +110,35 @@ def test_preset_that_is_not_a_mapping_is_refused(tmp_path):
     preset.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="expected a mapping"):
         resolve_run_config({"preset": str(preset)})
+
+
+def test_a_client_validates_its_run_config_once_per_process_not_per_message(monkeypatch):
+    from fedapp import client_app  # noqa: PLC0415 - patched for this test only
+
+    calls = []
+    real = client_app.resolve_run_config
+
+    def counting(values, ignore_unknown=False):
+        calls.append(values)
+        return real(values, ignore_unknown=ignore_unknown)
+
+    monkeypatch.setattr(client_app, "resolve_run_config", counting)
+    client_app._resolved_config.cache_clear()
+    values = {**defaults(), "method": "sdfed", "num-partitions": 1000, "local-prompt-lengths": "random:4-16"}
+    first = client_app.resolved_config(values, False)
+    for _ in range(5):
+        assert client_app.resolved_config(dict(values), False) is first
+    assert len(calls) == 1
+    other = client_app.resolved_config({**values, "seed": 1}, False)
+    assert other["seed"] == 1 and len(calls) == 2
+    client_app._resolved_config.cache_clear()
+
+
+def test_prompt_length_rule_reads_each_models_context_once(monkeypatch):
+    import fedapp.models.clip as clip_module  # noqa: PLC0415 - patched for this test only
+
+    asked = []
+    real = clip_module.text_context_length
+    monkeypatch.setattr(clip_module, "text_context_length", lambda model: asked.append(model) or real(model))
+    resolve_run_config({"method": "sdfed", "num-partitions": 1000, "local-prompt-lengths": "random:4-16"})
+    assert asked == ["fedapp-tiny-clip"]  # not once per client

@@ -339,8 +339,12 @@ def clear_clip_cache() -> None:
     _load_cached.cache_clear()
 
 
+@functools.lru_cache(maxsize=32)
 def _text_cfg(model_name: str) -> dict[str, Any]:
-    """The ``text_cfg`` of an open_clip model's config (no weights are built or downloaded)."""
+    """The ``text_cfg`` of an open_clip model's config (no weights are built or downloaded).
+
+    Cached: config validation asks for every client, and clients validate their
+    run config on every message."""
     register_tiny_configs()
     cfg = _open_clip().get_model_config(_resolve_model_name(model_name))
     if cfg is None or "text_cfg" not in cfg:
