@@ -276,6 +276,9 @@ def main(argv: Sequence[str] | None = None) -> list[ScaleRun]:
         "num-rounds": 2 if args.smoke else args.rounds,
         "local-epochs": 1,
         "batch-size": 32,
+        # The same training work per client at every N (16 images of each of its 2 classes),
+        # so that rounds with the same number of sampled clients are comparable across N.
+        "shots-per-class": 16,
     }
     runs = []
     with tempfile.TemporaryDirectory(prefix="fedapp-scale-") as scratch:
