@@ -71,7 +71,6 @@ from flwr.proto.message_pb2 import (
     PushObjectResponse,
 )
 from flwr.proto.node_pb2 import Node
-from flwr.server import SimpleClientManager
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree, iterate_object_tree
 from flwr.supercore.inflatable.inflatable_protobuf_utils import (
     make_confirm_message_received_fn_protobuf,
@@ -93,7 +92,7 @@ from fedapp.server_app import build_strategy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import fmt_count, markdown_table
 
-from strategies.proxies import PartitionProxy
+from strategies.proxies import stand_in_manager
 
 TARGET = 1.05
 #: Methods of the smoke run: nothing, a full model, per-class statistics, a text prompt.
@@ -337,9 +336,7 @@ def fit_instruction(overrides: Mapping[str, Any]) -> FitIns:
     """Round 1's fit instruction from the method's strategy, as the ServerApp builds it."""
     config = resolve_run_config(dict(overrides))
     strategy = build_strategy(config, record=False)
-    manager = SimpleClientManager()
-    for partition in range(int(config["num-partitions"])):
-        manager.register(PartitionProxy(partition))
+    manager = stand_in_manager(int(config["num-partitions"]))
     parameters = strategy.initialize_parameters(manager)
     instructions = strategy.configure_fit(1, parameters, manager)
     return instructions[0][1]

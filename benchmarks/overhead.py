@@ -46,7 +46,6 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 import torch
 from flwr.client import Client
 from flwr.common import Code
-from flwr.server import SimpleClientManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import MethodRun, markdown_table, run_method
@@ -57,7 +56,7 @@ from fedapp.registry import client_class
 from fedapp.server_app import build_strategy
 from fedapp.state import MemoryStateStore
 from fedapp.training import select_device
-from strategies.proxies import PartitionProxy
+from strategies.proxies import PartitionProxy, stand_in_manager
 
 # One method per family (A: CLIP text prompts, B: heterogeneous CNNs, C: server-held CLIP,
 # D: ViT visual prompts) plus FedAvg as the reference, all on the digits that ship with
@@ -172,9 +171,7 @@ def plain_loop(overrides: Mapping[str, Any], workers: int, threads: int) -> Plai
     try:
         config = resolve_run_config(dict(overrides))
         strategy = build_strategy(config, record=False)
-        manager = SimpleClientManager()
-        for partition in range(int(config["num-partitions"])):
-            manager.register(PartitionProxy(partition))
+        manager = stand_in_manager(int(config["num-partitions"]))
         parameters = strategy.initialize_parameters(manager)
         pool.wait_ready()
         round_seconds = []

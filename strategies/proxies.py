@@ -4,6 +4,7 @@ benchmarks, notebooks): the caller hands the strategy its replies directly."""
 from __future__ import annotations
 
 from flwr.common import Code, GetPropertiesRes, Status
+from flwr.server import SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 
 
@@ -29,3 +30,11 @@ class PartitionProxy(ClientProxy):
 
     def reconnect(self, ins, timeout, group_id):
         raise NotImplementedError
+
+
+def stand_in_manager(num_partitions: int) -> SimpleClientManager:
+    """A client manager holding one :class:`PartitionProxy` per partition ``0 .. num_partitions - 1``."""
+    manager = SimpleClientManager()
+    for partition in range(num_partitions):
+        manager.register(PartitionProxy(partition))
+    return manager

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from flwr.server.client_manager import SimpleClientManager
 
 from clients.vpt import FedVPTClient, HeadFedAvgClient, LocalVPTClient, PEPFedPTClient
 from fedapp.clientdata import load_client_data
@@ -21,7 +20,7 @@ from fedapp.state import MemoryStateStore
 from strategies.base import ClientUpdate
 from strategies.fedvpt import FedVPTStrategy
 from strategies.pep_fedpt import PEPFedPTStrategy
-from strategies.proxies import PartitionProxy
+from strategies.proxies import stand_in_manager
 
 CLASSES = 10
 WIDTH = 128  # fedapp-tiny-vit
@@ -262,9 +261,7 @@ def test_held_out_clients_never_train_and_are_evaluated_with_the_global_state():
     config = setup("pep-fedpt", **{"num-partitions": 8, "held-out-fraction": 0.25, "min-clients": 2})
     held = held_out_partitions(config.values)
     assert len(held) == 2
-    manager = SimpleClientManager()
-    for pid in range(8):
-        manager.register(PartitionProxy(pid))
+    manager = stand_in_manager(8)
     strategy = PEPFedPTStrategy(config, CLASSES)
     params = strategy.initialize_parameters(manager)
     for server_round in (1, 2, 3):
@@ -278,9 +275,7 @@ def test_a_method_without_a_global_state_does_not_evaluate_held_out_clients():
     config = setup("local-vpt", **{"num-partitions": 8, "held-out-fraction": 0.25, "min-clients": 2})
     from strategies.standalone import StandaloneStrategy  # noqa: PLC0415
 
-    manager = SimpleClientManager()
-    for pid in range(8):
-        manager.register(PartitionProxy(pid))
+    manager = stand_in_manager(8)
     strategy = StandaloneStrategy(config, CLASSES)
     params = strategy.initialize_parameters(manager)
     held = held_out_partitions(config.values)
