@@ -316,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
                 )
                 flower = simulation(overrides, f"overhead-{num_clients}", num_clients)
                 rows.append(Row(method, num_clients, processes, threads, flower))
-                print(table(rows[-1:]).splitlines()[-1], flush=True)  # this row now, in case a later run fails
+                # This row now, in case a later run fails (prefixed: the table proper comes at the end).
+                print("row:", table(rows[-1:]).splitlines()[-1], flush=True)
     print(table(rows))
     return rows
 
