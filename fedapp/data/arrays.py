@@ -175,22 +175,35 @@ def read_cached_dataset(cache_file: Path) -> ArrayDataset | None:
         return None
 
 
+def save_npz_atomically(path: Path, **arrays: np.ndarray) -> None:
+    """``np.savez`` to a temporary file beside ``path``, then renamed over it: readers
+    (other worker processes) see the old file or the whole new one, never a torn one.
+
+    Raises
+    ------
+    OSError
+        If the folder cannot be made or the file written; nothing is left behind.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_cached_dataset(cache_file: Path, dataset: ArrayDataset) -> None:
     """Write atomically; a failure only costs a re-decode next time, so it warns."""
-    tmp = None
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=cache_file.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(
-                handle,
-                images=dataset.images,
-                labels=dataset.labels,
-                class_names=np.asarray(dataset.class_names, dtype=str),
-            )
-        os.replace(tmp, cache_file)
+        save_npz_atomically(
+            cache_file,
+            images=dataset.images,
+            labels=dataset.labels,
+            class_names=np.asarray(dataset.class_names, dtype=str),
+        )
     except OSError as exc:
         warnings.warn(f"could not write dataset cache {cache_file}: {exc}", stacklevel=2)
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)

@@ -7,14 +7,14 @@ import hashlib
 import logging
 import math
 import os
-import tempfile
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedapp.data.arrays import save_npz_atomically
 from fedapp.errors import DataError
 
 if TYPE_CHECKING:  # flwr-datasets (and HF datasets, scipy, seaborn with it) take seconds to import
@@ -247,49 +247,24 @@ def _read_parts(path: Path, num_partitions: int, num_samples: int) -> tuple[np.n
 def _write_parts(path: Path, parts: tuple[np.ndarray, ...]) -> None:
     """Store ``parts`` atomically (workers may race to write the same file); failures only log."""
     offsets = np.cumsum([0, *(len(part) for part in parts)], dtype=np.int64)
-    tmp = None
+    indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, indices=np.concatenate(parts) if parts else np.zeros(0, np.int64), offsets=offsets)
-        os.replace(tmp, path)
-        tmp = None
+        save_npz_atomically(path, indices=indices, offsets=offsets)
     except OSError as err:
         log.debug("could not cache the partition in %s: %s", path, err)
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
-def _compute_parts(
-    key: _LabelKey,
-    num_partitions: int,
-    scheme: str,
-    *,
-    alpha: float,
-    classes_per_client: int,
-    shards_per_client: int,
-    seed: int,
-    min_partition_size: int,
-) -> tuple[np.ndarray, ...]:
+def _compute_parts(key: _LabelKey, num_partitions: int, scheme: str, **arguments: Any) -> tuple[np.ndarray, ...]:
+    """Partition with flwr-datasets; ``arguments`` are :func:`_make_partitioner`'s keywords."""
     from datasets import Dataset  # noqa: PLC0415 - see the TYPE_CHECKING import above
 
     # IidPartitioner cuts contiguous blocks, so shuffle first (as FederatedDataset
     # does); the "idx" column maps rows back to the caller's indices.
     table = Dataset.from_dict({"label": key.labels, "idx": np.arange(len(key.labels))})
-    table = table.shuffle(seed=seed)
-    partitioner = _make_partitioner(
-        scheme,
-        num_partitions,
-        alpha=alpha,
-        classes_per_client=classes_per_client,
-        shards_per_client=shards_per_client,
-        seed=seed,
-        min_partition_size=min_partition_size,
-    )
+    table = table.shuffle(seed=arguments["seed"])
+    partitioner = _make_partitioner(scheme, num_partitions, **arguments)
     partitioner.dataset = table
-    parts = _run_partitioner(partitioner, num_partitions, scheme, alpha)
+    parts = _run_partitioner(partitioner, num_partitions, scheme, arguments["alpha"])
     _check_non_empty(parts, scheme)
     for part in parts:
         part.setflags(write=False)
