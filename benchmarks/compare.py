@@ -11,6 +11,9 @@ from typing import Any
 
 from fedapp.launch import run
 
+# Moved to fedapp.report (the run report uses them too); the benchmark scripts still import them from here.
+from fedapp.report import fmt_count, markdown_table  # noqa: F401 - re-exported
+
 
 @dataclass(frozen=True)
 class MethodRun:
@@ -51,22 +54,6 @@ def data_overrides(data: str | None, test_data: str | None) -> dict[str, Any]:
     if test_data:
         out["test-data-dir"] = str(Path(test_data).expanduser().resolve())
     return out
-
-
-def fmt_count(value: float | None) -> str:
-    """1234567 -> '1.23M'; None -> 'not reached'."""
-    if value is None:
-        return "not reached"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.2f}{unit}"
-    return f"{value:.0f}"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def add_common_arguments(

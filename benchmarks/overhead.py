@@ -35,7 +35,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -44,18 +44,13 @@ from typing import Any
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 import torch
-from flwr.client import Client
-from flwr.common import Code
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import MethodRun, markdown_table, run_method
 
-from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
-from fedapp.registry import client_class
+from fedapp.inprocess import InProcessClients, build_clients, drive_rounds
 from fedapp.server_app import build_strategy
-from fedapp.state import MemoryStateStore
-from fedapp.training import select_device
 from strategies.proxies import PartitionProxy, stand_in_manager
 
 # One method per family (A: CLIP text prompts, B: heterogeneous CNNs, C: server-held CLIP,
@@ -81,31 +76,15 @@ class PlainRun:
     acc_mean: list[float]
 
 
-def build_clients(overrides: Mapping[str, Any], partitions: Iterable[int]) -> dict[int, Client]:
-    """The clients of ``partitions``, built once, each with its own in-memory state."""
-    config = resolve_run_config(dict(overrides))
-    num_clients = int(config["num-partitions"])
-    device = select_device(str(config["device"]))
-    clients = {}
-    for partition in partitions:
-        data = load_client_data(config, partition, num_clients)
-        client = client_class(str(config["method"]))(config, data, MemoryStateStore({}), device)
-        clients[partition] = client.to_client()
-    return clients
-
-
-class LocalClients:
+class LocalClients(InProcessClients):
     """Every client in this process, run one after another with ``threads`` torch threads."""
 
     def __init__(self, overrides: Mapping[str, Any], threads: int) -> None:
         torch.set_num_threads(threads)
-        self.clients = build_clients(overrides, range(int(overrides["num-partitions"])))
+        super().__init__(overrides)
 
     def wait_ready(self) -> None:
         pass
-
-    def run(self, kind: str, instructions: list[tuple[PartitionProxy, Any]]) -> list[tuple[PartitionProxy, Any]]:
-        return [(node, getattr(self.clients[node.partition], kind)(ins)) for node, ins in instructions]
 
     def close(self) -> None:
         pass
@@ -171,19 +150,9 @@ def plain_loop(overrides: Mapping[str, Any], workers: int, threads: int) -> Plai
     try:
         config = resolve_run_config(dict(overrides))
         strategy = build_strategy(config, record=False)
-        manager = stand_in_manager(int(config["num-partitions"]))
-        parameters = strategy.initialize_parameters(manager)
         pool.wait_ready()
-        round_seconds = []
-        for server_round in range(1, int(config["num-rounds"]) + 1):
-            round_started = time.perf_counter()
-            replies = pool.run("fit", strategy.configure_fit(server_round, parameters, manager))
-            ok = [(node, res) for node, res in replies if res.status.code == Code.OK]
-            aggregated, _ = strategy.aggregate_fit(server_round, ok, [])
-            parameters = aggregated or parameters
-            evaluations = pool.run("evaluate", strategy.configure_evaluate(server_round, parameters, manager))
-            strategy.aggregate_evaluate(server_round, evaluations, [])
-            round_seconds.append(time.perf_counter() - round_started)
+        manager = stand_in_manager(int(config["num-partitions"]))
+        round_seconds = drive_rounds(strategy, pool, manager, int(config["num-rounds"]))
     finally:
         pool.close()
     return PlainRun(

@@ -8,9 +8,11 @@ contexts train, through the frozen text encoder.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import torch
+from torch import nn
 
 from clients.base import FedAppClient, derived_seed
 from fedapp.aggregation import Arrays
@@ -49,6 +51,7 @@ class PromptClient(FedAppClient):
 
     @functools.cached_property
     def encoder(self) -> PromptTextEncoder:
+        """The text encoder over the classes this client trains on (the base ones under base-to-novel)."""
         return _encoder(self.clip, self.data.class_names)
 
     def features(self, split: str) -> TensorData:
@@ -65,12 +68,19 @@ class PromptClient(FedAppClient):
         tensor = None if array is None else torch.as_tensor(array)
         return prompts.context_from(tensor, length, self.encoder.token_width, seed)
 
-    def classifier(self, context: PromptContext) -> prompts.PromptClassifier:
-        return prompts.PromptClassifier(self.encoder, context, self.clip.model.logit_scale)
+    def classifier(self, context: PromptContext, encoder: PromptTextEncoder | None = None) -> prompts.PromptClassifier:
+        encoder = self.encoder if encoder is None else encoder
+        return prompts.PromptClassifier(encoder, context, self.clip.model.logit_scale)
 
-    def evaluate_classifier(self, model) -> tuple[float, int, dict]:
-        result = self.test_model(model, self.features("test"))
-        return result.loss, result.num_examples, self.eval_metrics(result)
+    def evaluate_classifier(self, build: Callable[[PromptTextEncoder], nn.Module]) -> tuple[float, int, dict]:
+        """Test the classifier ``build`` makes over the client's classes; under base-to-novel
+        also over the novel classes it never trained on (their names are new prompts)."""
+        result = self.test_model(build(self.encoder), self.features("test"))
+        metrics = self.eval_metrics(result)
+        if self.data.novel_class_names:
+            novel_encoder = _encoder(self.clip, self.data.novel_class_names)
+            metrics["novel_accuracy"] = self.test_model(build(novel_encoder), self.features("test_novel")).accuracy
+        return result.loss, result.num_examples, metrics
 
     @staticmethod
     def context_arrays(context: PromptContext) -> Arrays:
@@ -91,7 +101,8 @@ class CoOpLocalClient(PromptClient):
         return [], result.num_examples, self.fit_metrics(result)
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        return self.evaluate_classifier(self.classifier(self._own_context()))
+        context = self._own_context()
+        return self.evaluate_classifier(lambda encoder: self.classifier(context, encoder))
 
 
 class PromptFLClient(PromptClient):
@@ -103,7 +114,8 @@ class PromptFLClient(PromptClient):
         return self.context_arrays(context), result.num_examples, self.fit_metrics(result)
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        return self.evaluate_classifier(self.classifier(self.context(parameters[0], int(self.config["prompt-length"]))))
+        context = self.context(parameters[0], int(self.config["prompt-length"]))
+        return self.evaluate_classifier(lambda encoder: self.classifier(context, encoder))
 
 
 class SDFedClient(PromptClient):
@@ -126,7 +138,9 @@ class SDFedClient(PromptClient):
             lam=float(cfg["sdfed-lambda"]),
         )
 
-    def _classifier(self, global_prompt: np.ndarray) -> prompts.SDFedClassifier:
+    def _classifier(
+        self, global_prompt: np.ndarray, encoder: PromptTextEncoder | None = None
+    ) -> prompts.SDFedClassifier:
         global_context = self.context(global_prompt, int(self.config["prompt-length"]))
         saved = self.store.load("local_prompt")
         local_context = self.context(None if saved is None else saved["context"], self.local_length, salt=1)
@@ -134,8 +148,9 @@ class SDFedClient(PromptClient):
         projector = build_projector(
             global_context.context.detach(), lam=self.weights.lam, mode=str(self.config["projector-mode"])
         )
+        encoder = self.encoder if encoder is None else encoder
         return prompts.SDFedClassifier(
-            self.encoder, global_context, local_context, projector.matrix, self.clip.model.logit_scale
+            encoder, global_context, local_context, projector.matrix, self.clip.model.logit_scale
         )
 
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
@@ -148,4 +163,4 @@ class SDFedClient(PromptClient):
         return self.context_arrays(model.global_context), result.num_examples, metrics
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        return self.evaluate_classifier(self._classifier(parameters[0]))
+        return self.evaluate_classifier(lambda encoder: self._classifier(parameters[0], encoder))

@@ -8,6 +8,7 @@ serves many clients decodes and partitions the source once.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,11 +45,17 @@ class LabelledImages:
 
 @dataclass(frozen=True, eq=False)
 class ClientData:
-    """A client's train/val/test splits and what it knows about its labels."""
+    """A client's train/val/test splits and what it knows about its labels.
+
+    Under base-to-novel, ``class_names`` are the base classes the client trains
+    and tests on, and the ``test_novel`` split holds its test images of the
+    ``novel_class_names`` (labels counted from 0 among the novel classes).
+    """
 
     partition_id: int
     splits: dict[str, LabelledImages]
     class_names: tuple[str, ...]
+    novel_class_names: tuple[str, ...] = ()
 
     @property
     def train(self) -> TensorData:
@@ -92,17 +99,30 @@ def _load_cached(
 
 
 def load_dataset(config: RunConfig, split: str = "train", data_dir: str | None = None) -> ArrayDataset:
-    """The configured source (or ``data_dir`` in its place), decoded once per process."""
+    """The configured source (or ``data_dir`` in its place), decoded once per process,
+    turned into ``synthetic-domains`` domains when that is set."""
     dataset, default_dir, hf_name, image_size, download, cache_dir = _source_key(config)
-    return _load_cached(
-        str(dataset), str(data_dir or default_dir), str(hf_name), int(image_size), bool(download), str(cache_dir), split
-    )
+    source_key = (str(dataset), str(data_dir or default_dir), str(hf_name), int(image_size), bool(download))
+    synthetic = int(config["synthetic-domains"])
+    if synthetic and split == "train" and data_dir is None:
+        return _synthetic_cached(*source_key, str(cache_dir), synthetic, int(config["seed"]))
+    return _load_cached(*source_key, str(cache_dir), split)
 
 
-def partition(config: RunConfig, labels: np.ndarray, num_partitions: int) -> list[np.ndarray]:
-    """The configured partition of ``labels`` into ``num_partitions`` clients."""
+@functools.lru_cache(maxsize=2)
+def _synthetic_cached(
+    dataset: str, data_dir: str, hf_name: str, image_size: int, download: bool, cache_dir: str, count: int, seed: int
+) -> ArrayDataset:
+    from fedapp.data.domains import synthetic_domains  # noqa: PLC0415 - only runs with synthetic domains need it
+
+    source = _load_cached(dataset, data_dir, hf_name, image_size, download, cache_dir, "train")
+    return synthetic_domains(source, count, seed)
+
+
+def partition(config: RunConfig, source: ArrayDataset, num_partitions: int) -> list[np.ndarray]:
+    """The configured partition of ``source`` into ``num_partitions`` clients."""
     return partition_indices(
-        labels,
+        source.labels,
         num_partitions,
         str(config["partition"]),
         alpha=float(config["alpha"]),
@@ -110,18 +130,40 @@ def partition(config: RunConfig, labels: np.ndarray, num_partitions: int) -> lis
         shards_per_client=int(config["shards-per-client"]),
         seed=int(config["seed"]),
         cache_dir=resolve_cache_dir(str(config["cache-dir"])),
+        domains=source.domains,
+        clients_per_domain=int(config["clients-per-domain"]),
     )
+
+
+def base_class_count(num_classes: int) -> int:
+    """Classes ``0 .. B-1`` are base, the rest novel: the first half, rounded up (CoOp's split)."""
+    return math.ceil(num_classes / 2)
 
 
 def check_data(config: RunConfig, num_partitions: int) -> ArrayDataset:
     """Load and partition the source once, so bad data stops a run before training."""
     source = load_dataset(config)
-    parts = partition(config, source.labels, num_partitions)
+    parts = partition(config, source, num_partitions)
     for pid, indices in enumerate(parts):
         if len(indices) == 0:
             raise DataError(
                 f"partition {pid} of {num_partitions} has no samples; use fewer clients or another partition"
             )
+    if config["base-to-novel"]:
+        if source.num_classes < 2:
+            raise DataError(f"base-to-novel needs at least 2 classes, the data has {source.num_classes}")
+        base = base_class_count(source.num_classes)
+        for pid, indices in enumerate(parts):
+            if not np.any(source.labels[indices] < base):
+                raise DataError(
+                    f"base-to-novel: partition {pid} holds no sample of the {base} base classes, so it has nothing "
+                    "to train on; use a partition that gives every client base classes (iid or dirichlet)"
+                )
+    if config["partition"] == "domain" and int(config["held-out-domain"]) >= source.num_domains:
+        raise DataError(
+            f"held-out-domain = {config['held-out-domain']} is not a domain of the data "
+            f"(0..{source.num_domains - 1}: {', '.join(source.domain_names)})"
+        )
     if config["test-data-dir"]:
         external = load_dataset(config, split="test", data_dir=str(config["test-data-dir"]))
         _check_same_classes(source, external, str(config["test-data-dir"]))
@@ -168,7 +210,7 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         indices = np.arange(len(source), dtype=np.int64)
     else:
         source = load_dataset(config)
-        indices = partition(config, source.labels, num_partitions)[partition_id]
+        indices = partition(config, source, num_partitions)[partition_id]
     if len(indices) == 0:
         raise DataError(f"partition {partition_id} of {num_partitions} has no samples")
     external_dir = str(config["test-data-dir"])
@@ -182,9 +224,21 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
     else:
         split = split_stratified(indices, source.labels, LOCAL_SPLIT, seed=seed)
         test = _subset(source, split.test)
-    train = few_shot(split.train, source.labels, int(config["shots-per-class"]), seed)
-    return ClientData(
-        partition_id=partition_id,
-        splits={"train": _subset(source, train), "val": _subset(source, split.val), "test": test},
-        class_names=source.class_names,
-    )
+    class_names, novel_names = source.class_names, ()
+    train, val, novel_test = split.train, split.val, None
+    if config["base-to-novel"]:
+        # Training (and validation) sees base classes only; the test split is scored
+        # on base and, separately, novel classes.
+        base = base_class_count(source.num_classes)
+        class_names, novel_names = source.class_names[:base], source.class_names[base:]
+        train, val = (idx[source.labels[idx] < base] for idx in (train, val))
+        if len(train) == 0:
+            raise DataError(f"base-to-novel: partition {partition_id} has no training sample of a base class")
+        is_base = test.labels < base
+        novel_test = LabelledImages(images=test.images[~is_base], labels=test.labels[~is_base] - base)
+        test = LabelledImages(images=test.images[is_base], labels=test.labels[is_base])
+    train = few_shot(train, source.labels, int(config["shots-per-class"]), seed)
+    splits = {"train": _subset(source, train), "val": _subset(source, val), "test": test}
+    if novel_test is not None:
+        splits["test_novel"] = novel_test
+    return ClientData(partition_id=partition_id, splits=splits, class_names=class_names, novel_class_names=novel_names)

@@ -86,8 +86,10 @@ D2P_TEMPLATES = {
     "texture": "{c} texture",
     "satellite": "a centered satellite photo of {c}",
 }
-DATASETS = ("digits", "imagefolder", "cifar10", "cifar100", "hf")
-PARTITIONS = ("iid", "dirichlet", "pathological", "shard")
+DATASETS = ("digits", "imagefolder", "domains", "cifar10", "cifar100", "hf")
+PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "domain")
+# len(fedapp.data.domains.SYNTHETIC_DOMAINS); a test keeps them equal.
+MAX_SYNTHETIC_DOMAINS = 6
 STATE_BACKENDS = ("memory", "disk")
 DEVICES = ("auto", "cpu", "cuda")
 DATASET_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100}
@@ -148,7 +150,17 @@ SCHEMA: dict[str, Key] = {
     "download": Key(bool, False, "allow torchvision to download cifar10/cifar100"),
     "image-size": Key(int, 32, "side length images are resized to", low=8, high=1024),
     "cache-dir": Key(str, "", "where decoded image arrays and partitions are cached (default ~/.cache/fedapp)"),
-    "partition": Key(str, "dirichlet", "label partition scheme", choices=PARTITIONS),
+    "partition": Key(str, "dirichlet", "label partition scheme, or domain (one domain per client)", choices=PARTITIONS),
+    "clients-per-domain": Key(
+        int, 1, "partition = domain: clients per domain, splitting it by Dirichlet with alpha", low=1
+    ),
+    "synthetic-domains": Key(
+        int,
+        0,
+        "turn the dataset into k synthetic domains (grayscale, blur, colour-shift, rotation, noise, inverted)",
+        low=0,
+        high=MAX_SYNTHETIC_DOMAINS,
+    ),
     "alpha": Key(float, 0.3, "Dirichlet concentration", low=0.0, low_open=True),
     "classes-per-client": Key(int, 2, "classes per client (pathological)", low=1),
     "shards-per-client": Key(int, 2, "shards per client (shard)", low=1),
@@ -209,6 +221,12 @@ SCHEMA: dict[str, Key] = {
     "d2p-generator": Key(str, "attention", "FedD2P prompt generator", choices=("attention", "mlp")),
     "held-out-fraction": Key(
         float, 0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
+    ),
+    "held-out-domain": Key(
+        int, -1, "partition = domain: index of the domain whose clients never train (-1 = none)", low=-1
+    ),
+    "base-to-novel": Key(
+        bool, False, "train on the first half of the classes (base), report base, novel and harmonic mean"
     ),
     "results-dir": Key(str, "results", "where run folders are written"),
     "run-name": Key(str, "", "run folder name (default: method-dataset-partition-seed)"),
@@ -381,13 +399,68 @@ def parse_class_layers(text: str) -> tuple[int, ...]:
 
 def held_out_partitions(v: Mapping[str, Scalar]) -> frozenset[int]:
     """Partitions that never train: ``round(held-out-fraction * num-partitions)`` of
-    them, drawn from the seed alone so server and clients agree without talking."""
+    them, drawn from the seed alone so server and clients agree without talking,
+    and every client of ``held-out-domain`` (leave-one-domain-out)."""
     total = int(v["num-partitions"])
+    held: set[int] = set()
     count = round(float(v["held-out-fraction"]) * total)
-    if count == 0:
-        return frozenset()
-    rng = np.random.default_rng([int(v["seed"]), 0x4E1D])
-    return frozenset(int(i) for i in rng.choice(total, size=count, replace=False))
+    if count:
+        rng = np.random.default_rng([int(v["seed"]), 0x4E1D])
+        held.update(int(i) for i in rng.choice(total, size=count, replace=False))
+    domain = int(v.get("held-out-domain", -1))
+    if domain >= 0:
+        per_domain = int(v["clients-per-domain"])
+        held.update(range(domain * per_domain, min(total, (domain + 1) * per_domain)))
+    return frozenset(held)
+
+
+def domain_of_partition(v: Mapping[str, Scalar], partition: int) -> int | None:
+    """The domain whose data partition ``partition`` holds (``partition = domain``), else None."""
+    if v["partition"] != "domain":
+        return None
+    return partition // int(v["clients-per-domain"])
+
+
+def _check_domains(v: dict[str, Scalar]) -> None:
+    synthetic = int(v["synthetic-domains"])
+    per_domain = int(v["clients-per-domain"])
+    if synthetic == 1:
+        raise ConfigError("config key 'synthetic-domains' = 1: use 0 (off) or at least 2 domains")
+    if synthetic and v["dataset"] == "domains":
+        raise ConfigError(
+            "config key 'synthetic-domains' is set, but dataset 'domains' already has domains (its subfolders)"
+        )
+    if v["test-data-dir"] and (synthetic or v["partition"] == "domain"):
+        raise ConfigError(
+            "config key 'test-data-dir' is set, but with domains each client tests on its own domain's data"
+        )
+    if v["partition"] != "domain":
+        for key, unset in (("clients-per-domain", 1), ("held-out-domain", -1)):
+            if v[key] != unset:
+                raise ConfigError(f"config key '{key}' = {v[key]} applies only to partition = domain")
+        return
+    if not synthetic and v["dataset"] != "domains":
+        raise ConfigError(
+            f"config key 'partition' = 'domain' needs domains: dataset 'domains' (a folder per domain) or "
+            f"'synthetic-domains' >= 2 on dataset {v['dataset']!r}"
+        )
+    if synthetic and int(v["num-partitions"]) != synthetic * per_domain:
+        raise ConfigError(
+            f"config key 'num-partitions' = {v['num-partitions']}: partition = domain gives each of the "
+            f"{synthetic} synthetic domains {per_domain} client(s), so num-partitions must be {synthetic * per_domain}"
+        )
+    if synthetic and int(v["held-out-domain"]) >= synthetic:
+        raise ConfigError(
+            f"config key 'held-out-domain' = {v['held-out-domain']} is not a domain index (0..{synthetic - 1})"
+        )
+
+
+def _check_base_to_novel(v: dict[str, Scalar]) -> None:
+    if v["base-to-novel"] and v["method"] not in CLIP_METHODS:
+        raise ConfigError(
+            f"config key 'base-to-novel' = true, but method {v['method']!r} classifies with a head learned over its "
+            f"training classes and cannot name classes it never saw; base-to-novel runs {', '.join(CLIP_METHODS)}"
+        )
 
 
 def _check_vision_tower(v: dict[str, Scalar]) -> None:
@@ -530,7 +603,9 @@ _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
     _check_model,
     _check_data_paths,
     _check_clients,
+    _check_domains,
     _check_held_out,
+    _check_base_to_novel,
     _check_vision_tower,
     _check_dp,
     _check_secagg,

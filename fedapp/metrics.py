@@ -85,6 +85,8 @@ def progress_line(record: RoundRecord, num_rounds: int) -> str:
     failed = f" ({record.clients_failed} failed)" if record.clients_failed else ""
     held = record.extra.get("held_out_acc_mean")
     glob += "" if held is None else f" | held-out {held:.3f}"
+    novel = record.extra.get("novel_acc_mean")
+    glob += "" if novel is None else f" | novel {novel:.3f} HM {record.extra['harmonic_mean']:.3f}"
     return (
         f"round {record.round}/{num_rounds} | acc mean {record.acc_mean:.3f} worst {record.acc_worst:.3f}"
         f"{glob} | loss {record.train_loss:.3f} | fit {record.clients_fit}{failed} | "
@@ -141,6 +143,11 @@ class RunRecorder:
             # Clients that never trained, evaluated with the global state (None when there are none).
             "final_held_out_acc_mean": last.extra.get("held_out_acc_mean"),
             "final_held_out_acc_worst": last.extra.get("held_out_acc_worst"),
+            # Base-to-novel: accuracy on classes no client trained on, and its harmonic mean with acc_mean.
+            "final_novel_acc_mean": last.extra.get("novel_acc_mean"),
+            "final_harmonic_mean": last.extra.get("harmonic_mean"),
+            # partition = domain: mean accuracy of each domain's (training) clients.
+            "final_domain_acc": last.extra.get("domain_acc"),
             "best_acc_mean": max(r.acc_mean for r in self.records),
             "total_mb": last.mb_cumulative,
             "total_eval_mb": last.extra.get("mb_eval_cumulative", 0.0),

@@ -47,7 +47,7 @@ from fedapp.checkpoint import (
     save_checkpoint,
 )
 from fedapp.clientdata import check_data
-from fedapp.config import RunConfig, held_out_partitions
+from fedapp.config import RunConfig, domain_of_partition, held_out_partitions
 from fedapp.errors import ConfigError, StateError
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
 from fedapp.models import build_model
@@ -107,6 +107,9 @@ class FedAppStrategy(Strategy):
     class_names
         The task's class names, for methods whose server reads them (FedD2P's
         class descriptions); default ``"0"``, ``"1"``, ...
+    domain_names
+        Names of the data's domains (``partition = domain``), for the per-domain
+        accuracies; default ``"domain-0"``, ``"domain-1"``, ...
 
     See Also
     --------
@@ -117,6 +120,9 @@ class FedAppStrategy(Strategy):
 
     #: Whether the method keeps one global model whose accuracy is meaningful.
     has_global_model: bool = True
+    #: Why a client that never trained cannot be served (held-out clients are then not
+    #: evaluated and the summary says so); empty when the global state alone serves it.
+    new_client_note: str = ""
     #: Set by :func:`fedapp.secure_aggregation.run_secagg` when rounds run under SecAgg+:
     #: every fit reply then carries the round's unmasked aggregate, not the client's arrays.
     secure_aggregation: SecAggReplies | None = None
@@ -127,6 +133,7 @@ class FedAppStrategy(Strategy):
         num_classes: int,
         recorder: RunRecorder | None = None,
         class_names: Sequence[str] | None = None,
+        domain_names: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -145,6 +152,17 @@ class FedAppStrategy(Strategy):
         self._held_out = held_out_partitions(config.values)
         self._partition_of: dict[str, int] = {}
         self.completed_rounds = 0  # rounds a resumed run had finished before this process
+        self.domain_names = tuple(domain_names or ())
+        if self._held_out and self.new_client_note and recorder is not None:
+            recorder.summary_extra["held_out_note"] = self.held_out_note
+            log.warning("%s: the %d held-out clients are not evaluated", self.held_out_note, len(self._held_out))
+
+    @property
+    def held_out_note(self) -> str:
+        """Why this method reports no held-out accuracy (empty when it does)."""
+        if not self.new_client_note:
+            return ""
+        return f"{self.config['method']} cannot serve a client that never trained: {self.new_client_note}"
 
     @classmethod
     def from_config(cls: type[_S], config: RunConfig, *, record: bool = False) -> _S:
@@ -210,7 +228,9 @@ class FedAppStrategy(Strategy):
                 fresh=not config["resume"],
             )
             log.info("results go to %s", recorder.directory)
-        return cls(config, source.num_classes, recorder, source.class_names)
+        if recorder is not None and source.domain_names:
+            recorder.summary_extra["domain_names"] = list(source.domain_names)
+        return cls(config, source.num_classes, recorder, source.class_names, source.domain_names)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(method={self.config['method']!r})"
@@ -409,6 +429,10 @@ class FedAppStrategy(Strategy):
         if held_out:
             held = AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in held_out])
             eval_extra.update(held_out_acc_mean=held.mean, held_out_acc_worst=held.worst, held_out_clients=held.clients)
+        eval_extra.update(self._novel_metrics(stats, results))
+        domains = self._domain_accuracies(results)
+        if domains:
+            eval_extra["domain_acc"] = domains
         self._record_round(server_round, stats, global_acc, failures, eval_extra)
         losses = [(res.loss, res.num_examples) for _, res in results if res.num_examples > 0]
         loss = sum(v * n for v, n in losses) / sum(n for _, n in losses) if losses else None
@@ -416,6 +440,32 @@ class FedAppStrategy(Strategy):
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         return None  # every method is evaluated on the clients' own test sets
+
+    @staticmethod
+    def _novel_metrics(base: AccuracyStats, results: list[tuple[ClientProxy, EvaluateRes]]) -> dict[str, float]:
+        """Base-to-novel: clients' accuracy on classes they never trained on, and its harmonic
+        mean with the base accuracy (``acc_mean``), as CoCoOp reports them."""
+        novel = AccuracyStats.of(
+            [float(r.metrics["novel_accuracy"]) for _, r in results if "novel_accuracy" in r.metrics]
+        )
+        if not novel.clients:
+            return {}
+        total = base.mean + novel.mean
+        harmonic = 2 * base.mean * novel.mean / total if total > 0 else 0.0
+        return {"novel_acc_mean": novel.mean, "novel_acc_worst": novel.worst, "harmonic_mean": harmonic}
+
+    def _domain_accuracies(self, results: list[tuple[ClientProxy, EvaluateRes]]) -> dict[str, float]:
+        """Mean client accuracy per domain (``partition = domain``), keyed by domain name."""
+        by_domain: dict[int, list[float]] = {}
+        for proxy, res in results:
+            partition = self._partition_of.get(proxy.cid)
+            domain = None if partition is None else domain_of_partition(self.config.values, partition)
+            if domain is not None:
+                by_domain.setdefault(domain, []).append(float(res.metrics.get("accuracy", math.nan)))
+        return {self._domain_name(d): AccuracyStats.of(accs).mean for d, accs in sorted(by_domain.items())}
+
+    def _domain_name(self, domain: int) -> str:
+        return self.domain_names[domain] if domain < len(self.domain_names) else f"domain-{domain}"
 
     # ----- shared machinery ----------------------------------------------------
 
@@ -425,16 +475,17 @@ class FedAppStrategy(Strategy):
         """Pick clients as a function of (seed, round) only, over the pool sorted by partition.
 
         Node ids differ from one run (or restart) to the next; partitions do
-        not, so whenever not everyone is picked the nodes are asked their
-        partition once. Held-out clients are never picked to train; they are
-        evaluated only when the method has a global state for them to use.
+        not, so whenever not everyone is picked (or per-domain accuracies are
+        wanted) the nodes are asked their partition once. Held-out clients are
+        never picked to train; they are evaluated only when the method's global
+        state alone can serve them (:attr:`new_client_note` is empty).
         """
         min_clients = int(self.config["min-clients"])
         client_manager.wait_for(min_clients)
         pool = client_manager.all()
-        if self._held_out or fraction < 1.0:
+        if self._held_out or fraction < 1.0 or self.config["partition"] == "domain":
             self._ask_partitions(list(pool.values()), server_round)
-            keep_held_out = not training and self.has_global_model
+            keep_held_out = not training and not self.new_client_note
             pool = {
                 cid: proxy
                 for cid, proxy in pool.items()
@@ -605,7 +656,7 @@ def reply_order(update: ClientUpdate) -> tuple[int, str]:
     return int(update.metrics.get("partition_id", -1)), update.cid
 
 
-_NOT_AVERAGED = {"train_loss", "partition_id", "accuracy", "train_flops", "server_round"}
+_NOT_AVERAGED = {"train_loss", "partition_id", "accuracy", "novel_accuracy", "train_flops", "server_round"}
 
 
 def _round_problem(metrics: dict[str, Scalar], server_round: int) -> str | None:

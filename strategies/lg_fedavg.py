@@ -13,6 +13,7 @@ class LGFedAvgStrategy(SharedModuleStrategy):
     """Local representations, global head (Liang et al., 2020)."""
 
     has_global_model = False
+    new_client_note = "only the classifier head is shared; a new client's representation layers are untrained"
 
     def build_shared_module(self) -> nn.Module:
         dim = require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "lg-fedavg")

@@ -17,6 +17,7 @@ class PerClassStrategy(FedAppStrategy):
     previous value."""
 
     has_global_model = False
+    new_client_note = "clients share per-class knowledge, not a model; a new client's model is untrained"
 
     def statistic_dim(self) -> int:
         """Width of one class's statistic."""

@@ -14,6 +14,7 @@ class PFedLoRAStrategy(SharedModuleStrategy):
     """FedAvg of the adapter that heterogeneous local CNNs share (Yi et al., pFedLoRA)."""
 
     has_global_model = False
+    new_client_note = "only the low-rank adapter is shared; a new client's own CNN is untrained"
 
     def build_shared_module(self) -> nn.Module:
         dim = require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "pfedlora")

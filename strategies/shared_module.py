@@ -13,6 +13,9 @@ from fedapp.aggregation import Arrays, weighted_average
 from fedapp.params import get_arrays
 from strategies.base import ClientUpdate, FedAppStrategy
 
+#: FML and FedKD share a small model but score each client on its own local one.
+LOCAL_MODEL_NOTE = "clients are scored on their own local model, which a new client has not trained"
+
 
 class SharedModuleStrategy(FedAppStrategy):
     """FedAvg over the arrays of :meth:`build_shared_module`."""

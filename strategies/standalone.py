@@ -10,6 +10,7 @@ class StandaloneStrategy(FedAppStrategy):
     """No communication of model state: the lower bound of collaboration."""
 
     has_global_model = False
+    new_client_note = "each client trains its own model alone, so a client that never trained has none"
 
     def initial_arrays(self) -> Arrays:
         return []

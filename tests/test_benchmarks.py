@@ -99,3 +99,21 @@ def test_scale_settings_are_parsed_and_bad_ones_named():
     for bad in ("1000:0", "1:0.5", "many:0.1", "100:1.5"):
         with pytest.raises(ValueError, match="setting"):
             scale.parse_settings(bad)
+
+
+def test_protocols_benchmark_runs_leave_one_domain_out_and_reports_it(tmp_path):
+    protocols = load_script("protocols")
+    results = tmp_path / "protocols"
+    markdown = protocols.main(
+        [
+            *("--methods", "fedavg,pfedlora", "--protocols", "lodo", "--rounds", "1"),
+            *("--domains", "2", "--clients-per-domain", "2", "--shots", "4", "--results-dir", str(results)),
+        ]
+    )
+    rows = table_rows(markdown)
+    assert [cells[0] for cells in rows] == ["fedavg-lodo-D2x2-R1", "pfedlora-lodo-D2x2-R1"]
+    # FedAvg's global model serves the left-out domain; pFedLoRA says why it cannot.
+    assert rows[0][7].startswith("held-out ")
+    assert rows[1][7].startswith("n/a: pfedlora cannot serve a client that never trained")
+    assert (results / "report.md").read_text() == markdown
+    assert (results / "report.png").stat().st_size > 0

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 from sklearn.datasets import load_digits
 
+from fedapp.config import PARTITIONS as CONFIG_PARTITIONS
 from fedapp.data import (
     PARTITIONS,
     SOURCES,
@@ -476,7 +477,8 @@ def test_empty_partition_is_named(labels: np.ndarray, monkeypatch: pytest.Monkey
 
 
 def test_partition_names() -> None:
-    assert PARTITIONS == ("iid", "dirichlet", "pathological", "shard")
+    assert PARTITIONS == ("iid", "dirichlet", "pathological", "shard", "domain")
+    assert PARTITIONS == CONFIG_PARTITIONS
 
 
 # --- per-client splits ----------------------------------------------------------------

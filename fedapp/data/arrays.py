@@ -36,6 +36,11 @@ class ArrayDataset:
         ``int64`` class ids of shape ``(N,)``, each in ``[0, num_classes)``.
     class_names : tuple[str, ...]
         Name of each class id.
+    domains : np.ndarray or None
+        ``int64`` domain id of every sample, shape ``(N,)``, each in
+        ``[0, len(domain_names))``; ``None`` for a single-domain source.
+    domain_names : tuple[str, ...]
+        Name of each domain id (empty for a single-domain source).
 
     Raises
     ------
@@ -46,10 +51,21 @@ class ArrayDataset:
     images: np.ndarray
     labels: np.ndarray
     class_names: tuple[str, ...]
+    domains: np.ndarray | None = None
+    domain_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_images(self.images)
         _check_labels(self.labels, len(self.images), len(self.class_names))
+        if self.domains is not None:
+            _check_labels(self.domains, len(self.images), len(self.domain_names), what="domains")
+        elif self.domain_names:
+            raise DataError(f"domain_names {self.domain_names} given without per-sample domains")
+
+    @property
+    def num_domains(self) -> int:
+        """Number of domains (0 for a single-domain source)."""
+        return len(self.domain_names)
 
     @property
     def num_classes(self) -> int:
@@ -69,13 +85,13 @@ def _check_images(images: np.ndarray) -> None:
         raise DataError(f"images must have shape (N, H, W, 3), got {images.shape}")
 
 
-def _check_labels(labels: np.ndarray, num_images: int, num_classes: int) -> None:
+def _check_labels(labels: np.ndarray, num_images: int, num_classes: int, what: str = "labels") -> None:
     if not isinstance(labels, np.ndarray) or labels.dtype != np.int64:
-        raise DataError(f"labels must be an int64 numpy array, got dtype {getattr(labels, 'dtype', None)}")
+        raise DataError(f"{what} must be an int64 numpy array, got dtype {getattr(labels, 'dtype', None)}")
     if labels.shape != (num_images,):
-        raise DataError(f"labels have shape {labels.shape}, expected ({num_images},)")
+        raise DataError(f"{what} have shape {labels.shape}, expected ({num_images},)")
     if num_images and (labels.min() < 0 or labels.max() >= num_classes):
-        raise DataError(f"labels must lie in [0, {num_classes}), found [{labels.min()}, {labels.max()}]")
+        raise DataError(f"{what} must lie in [0, {num_classes}), found [{labels.min()}, {labels.max()}]")
 
 
 def resize_images(images: np.ndarray, size: int) -> np.ndarray:

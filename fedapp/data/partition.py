@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # flwr-datasets (and HF datasets, scipy, seaborn with it) tak
 
 log = logging.getLogger("flwr.fedapp")
 
-PARTITIONS = ("iid", "dirichlet", "pathological", "shard")
+PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "domain")
 
 # "deterministic" gives partition i the classes i, i+1, ..., i+k-1 (mod C): every
 # class is used as soon as num_partitions + k - 1 >= C, and class usage is
@@ -43,6 +43,8 @@ def partition_indices(
     seed: int = 0,
     min_partition_size: int = 0,
     cache_dir: str | os.PathLike | None = None,
+    domains: np.ndarray | None = None,
+    clients_per_domain: int = 1,
 ) -> list[np.ndarray]:
     """Assign sample indices to ``num_partitions`` clients.
 
@@ -73,12 +75,18 @@ def partition_indices(
     cache_dir : str or os.PathLike, optional
         Folder for ``partitions/<key>.npz`` files (written atomically; an
         unreadable one is recomputed). ``None`` keeps the cache in memory only.
+    domains : np.ndarray, optional
+        ``domain``: the domain id of every sample, shape ``(N,)``.
+    clients_per_domain : int
+        ``domain``: clients per domain; partition ``p`` holds data of domain
+        ``p // clients_per_domain``, and a domain with several clients is split
+        among them by Dirichlet over labels with ``alpha`` (as SDFed does).
 
     Returns
     -------
     list[np.ndarray]
         Per client, its sorted ``int64`` sample indices. Partitions are disjoint;
-        ``iid`` and ``dirichlet`` cover every sample, ``pathological`` does when
+        ``iid``, ``dirichlet`` and ``domain`` cover every sample, ``pathological`` does when
         ``num_partitions + classes_per_client - 1 >= num_classes``, ``shard``
         drops the remainder of ``N / (num_partitions * shards_per_client)``.
 
@@ -89,6 +97,17 @@ def partition_indices(
         client ends up with no samples.
     """
     label_array = _as_labels(labels)
+    if scheme == "domain":
+        return _domain_parts(
+            label_array,
+            domains,
+            num_partitions,
+            clients_per_domain,
+            alpha=alpha,
+            seed=seed,
+            min_partition_size=min_partition_size,
+            cache_dir=cache_dir,
+        )
     _check_arguments(
         label_array,
         num_partitions,
@@ -113,6 +132,55 @@ def partition_indices(
     )
     # Copies, so a caller that mutates its partition cannot corrupt the cache.
     return [part.copy() for part in parts]
+
+
+def _domain_parts(
+    labels: np.ndarray,
+    domains: np.ndarray | None,
+    num_partitions: int,
+    clients_per_domain: int,
+    *,
+    alpha: float,
+    seed: int,
+    min_partition_size: int,
+    cache_dir: str | os.PathLike | None,
+) -> list[np.ndarray]:
+    """Each client one domain; a domain's clients split it by Dirichlet over labels."""
+    if domains is None:
+        raise DataError("partition 'domain' needs a dataset with domains (dataset 'domains' or synthetic-domains)")
+    domain_array = _as_labels(domains)
+    if domain_array.shape != labels.shape:
+        raise DataError(f"domains have shape {domain_array.shape}, labels {labels.shape}")
+    if clients_per_domain < 1:
+        raise DataError(f"clients_per_domain must be >= 1, got {clients_per_domain}")
+    num_domains = int(domain_array.max()) + 1 if domain_array.size else 0
+    if num_partitions != num_domains * clients_per_domain:
+        raise DataError(
+            f"partition 'domain' gives each of the {num_domains} domains {clients_per_domain} client(s), so it "
+            f"needs num-partitions = {num_domains * clients_per_domain}, got {num_partitions}"
+        )
+    parts: list[np.ndarray] = []
+    for domain in range(num_domains):
+        members = np.flatnonzero(domain_array == domain)
+        if len(members) < clients_per_domain:
+            raise DataError(f"domain {domain} has {len(members)} samples, fewer than its {clients_per_domain} clients")
+        if clients_per_domain == 1:
+            parts.append(members.astype(np.int64))
+            continue
+        try:
+            within = partition_indices(
+                labels[members],
+                clients_per_domain,
+                "dirichlet",
+                alpha=alpha,
+                seed=seed + domain,
+                min_partition_size=min_partition_size,
+                cache_dir=cache_dir,
+            )
+        except DataError as err:
+            raise DataError(f"splitting domain {domain} among {clients_per_domain} clients: {err}") from err
+        parts.extend(members[part] for part in within)
+    return parts
 
 
 class _LabelKey:

@@ -19,12 +19,13 @@ from fedapp.data.arrays import (
     resolve_cache_dir,
     write_cached_dataset,
 )
+from fedapp.data.domains import load_domain_folders
 from fedapp.data.imagefolder import load_imagefolder
 from fedapp.errors import DataError
 
 __all__ = ["SOURCES", "ArrayDataset", "load_source"]
 
-SOURCES = ("digits", "imagefolder", "cifar10", "cifar100", "hf")
+SOURCES = ("digits", "imagefolder", "domains", "cifar10", "cifar100", "hf")
 
 _HF_IMAGE_COLUMNS = ("img", "image")
 _HF_LABEL_COLUMNS = ("label", "fine_label", "labels")
@@ -48,7 +49,8 @@ def load_source(
     dataset : str
         One of :data:`SOURCES`.
     data_dir : str
-        ``imagefolder``: folder or ``.tar.gz``; ``cifar*``: torchvision root
+        ``imagefolder``: folder or ``.tar.gz``; ``domains``: folder or
+        ``.tar.gz`` with one ImageFolder subfolder per domain; ``cifar*``: torchvision root
         (default ``<cache_dir>/<dataset>``); ``hf``: passed to
         ``datasets.load_dataset(data_dir=...)``.
     image_size : int
@@ -77,6 +79,8 @@ def load_source(
         return _load_digits(image_size, split, cache_dir)
     if dataset == "imagefolder":
         return load_imagefolder(data_dir, image_size=image_size, split=split, cache_dir=cache_dir)
+    if dataset == "domains":
+        return load_domain_folders(data_dir, image_size=image_size, split=split, cache_dir=cache_dir)
     if dataset in ("cifar10", "cifar100"):
         return _load_cifar(
             dataset, data_dir=data_dir, split=split, download=download, image_size=image_size, cache_dir=cache_dir

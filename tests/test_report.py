@@ -1,0 +1,408 @@
+"""fedapp.report: run folders written by the real RunRecorder, tabulated, plotted and checked against metrics.jsonl."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedapp import report
+from fedapp.errors import DataError
+from fedapp.metrics import MB, RoundRecord, RunRecorder, read_metrics
+from fedapp.report import ReportRow, describe_protocol, fmt_bytes, load_run, main, report_rows, write_report
+
+REPO = Path(__file__).resolve().parent.parent
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# Config keys newer than some run folders; a run without them must still be described.
+NEW_KEYS = {"clients-per-domain", "synthetic-domains", "held-out-domain", "base-to-novel"}
+
+BASE_CONFIG: dict[str, Any] = {
+    "method": "fedavg",
+    "dataset": "digits",
+    "partition": "dirichlet",
+    "alpha": 0.3,
+    "classes-per-client": 2,
+    "shards-per-client": 2,
+    "num-partitions": 10,
+    "fraction-fit": 1.0,
+    "shots-per-class": 0,
+    "held-out-fraction": 0.0,
+    "clients-per-domain": 1,
+    "synthetic-domains": 0,
+    "held-out-domain": -1,
+    "base-to-novel": False,
+    "target-accuracy": 0.6,
+}
+
+
+def record(
+    rnd: int, acc: float, worst: float, std: float, bytes_total: int, seconds: float, mb: float, **extra: Any
+) -> RoundRecord:
+    return RoundRecord(
+        round=rnd,
+        acc_mean=acc,
+        acc_worst=worst,
+        acc_std=std,
+        clients_evaluated=8,
+        global_acc=None,
+        train_loss=1.0 / rnd,
+        clients_fit=8,
+        clients_failed=0,
+        bytes_up_per_client=bytes_total / 16,
+        bytes_down_per_client=bytes_total / 16,
+        bytes_round_total=bytes_total,
+        mb_cumulative=mb,
+        round_seconds=seconds,
+        extra=dict(extra),
+    )
+
+
+def write_run(
+    results: Path, name: str, config: dict[str, Any], records: list[RoundRecord], **summary_extra: Any
+) -> Path:
+    """A run folder written the way a real run writes it."""
+    recorder = RunRecorder(results, name, config, float(config.get("target-accuracy", 0.8)))
+    recorder.summary_extra.update(summary_extra)
+    for rec in records:
+        recorder.add(rec)
+    return recorder.directory
+
+
+def curve(accs: list[float], bytes_list: list[int], seconds: list[float], **extras_per_round: list[Any]):
+    records, mb = [], 0.0
+    for i, (acc, nbytes, sec) in enumerate(zip(accs, bytes_list, seconds, strict=True)):
+        mb += nbytes / MB
+        extra = {key: values[i] for key, values in extras_per_round.items()}
+        records.append(record(i + 1, acc, acc - 0.2, 0.05 + 0.01 * i, nbytes, sec, mb, **extra))
+    return records
+
+
+@pytest.fixture
+def runs(tmp_path) -> dict[str, Path]:
+    """Three runs: held-out clients (reaches the target), base-to-novel with domains (never reaches it),
+    and a method that cannot serve held-out clients (summary note; an old config without the new keys)."""
+    results = tmp_path / "results"
+    held = write_run(
+        results,
+        "a-heldout",
+        {**BASE_CONFIG, "held-out-fraction": 0.2},
+        curve(
+            [0.30, 0.55, 0.65, 0.70],
+            [12_595, 12_595, 12_600, 12_610],
+            [2.5, 1.25, 1.5, 1.0],
+            held_out_acc_mean=[0.2, 0.4, 0.5, 0.61],
+            held_out_acc_worst=[0.1, 0.3, 0.4, 0.5],
+            held_out_clients=[2, 2, 2, 2],
+        ),
+    )
+    b2n = write_run(
+        results,
+        "b-base-to-novel",
+        {
+            **BASE_CONFIG,
+            "method": "promptfl",
+            "partition": "domain",
+            "synthetic-domains": 3,
+            "clients-per-domain": 2,
+            "num-partitions": 6,
+            "held-out-domain": 1,
+            "base-to-novel": True,
+            "shots-per-class": 16,
+            "target-accuracy": 0.95,
+        },
+        curve(
+            [0.5, 0.7, 0.8],
+            [1_520_000, 1_520_000, 1_520_000],
+            [3.0, 2.0, 2.0],
+            novel_acc_mean=[0.3, 0.4, 0.455],
+            harmonic_mean=[0.375, 0.509, 0.583],
+            domain_acc=[{"grayscale": 0.5}, {"grayscale": 0.6, "noise": 0.7}, {"grayscale": 0.81, "noise": 0.79}],
+        ),
+        domain_names=["grayscale", "blur", "noise"],
+    )
+    old_config = {k: v for k, v in BASE_CONFIG.items() if k not in NEW_KEYS}
+    note = write_run(
+        results,
+        "c-local-note",
+        {**old_config, "method": "local", "partition": "pathological", "held-out-fraction": 0.3},
+        curve([0.61, 0.62], [0, 0], [0.5, 0.5]),
+        held_out_note="local models serve only clients that trained | no global state",
+    )
+    return {"held": held, "b2n": b2n, "note": note}
+
+
+def expected_from_metrics(run_dir: Path, target: float) -> dict[str, Any]:
+    """The report's numbers, computed directly from the folder's metrics.jsonl."""
+    lines = read_metrics(run_dir / "metrics.jsonl")
+    reached = [i for i, line in enumerate(lines) if line["acc_mean"] >= target]
+    first = reached[0] if reached else None
+    return {
+        "acc_mean": lines[-1]["acc_mean"],
+        "acc_worst": lines[-1]["acc_worst"],
+        "acc_std": lines[-1]["acc_std"],
+        "bytes_per_round": sum(line["bytes_round_total"] for line in lines) / len(lines),
+        "total_mb": lines[-1]["mb_cumulative"],
+        "rounds_to_target": None if first is None else lines[first]["round"],
+        "seconds_to_target": None if first is None else sum(line["round_seconds"] for line in lines[: first + 1]),
+        "rounds": len(lines),
+    }
+
+
+def table(markdown: str, first_cell: str) -> dict[str, dict[str, str]]:
+    """The markdown table whose header starts with ``first_cell``: {row's first cell: {column: cell}}."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_cell} |"))
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        block.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    header, body = block[0], block[2:]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in body}
+
+
+def assert_row_matches(row: ReportRow, run_dir: Path, target: float) -> dict[str, Any]:
+    expected = expected_from_metrics(run_dir, target)
+    for key, value in expected.items():
+        actual = getattr(row, key)
+        if value is None:
+            assert actual is None, key
+        else:
+            assert actual == pytest.approx(value), key
+    return expected
+
+
+# --- numbers ---
+
+
+def test_rows_equal_what_metrics_jsonl_says_with_each_runs_own_target(runs):
+    rows = report_rows([runs["held"], runs["b2n"], runs["note"]])
+    held, b2n, note = rows
+
+    assert [r.run for r in rows] == ["a-heldout", "b-base-to-novel", "c-local-note"]
+    expected = assert_row_matches(held, runs["held"], 0.6)
+    assert (held.rounds_to_target, held.seconds_to_target) == (3, pytest.approx(2.5 + 1.25 + 1.5))
+    assert expected["bytes_per_round"] == pytest.approx((12_595 * 2 + 12_600 + 12_610) / 4)
+    assert held.generalization == "held-out 0.6100"
+    assert held.held_out_acc_mean == pytest.approx(0.61)
+    assert held.novel_acc_mean is None and held.harmonic_mean is None and dict(held.domain_acc) == {}
+
+    assert_row_matches(b2n, runs["b2n"], 0.95)
+    assert b2n.target == 0.95 and b2n.rounds_to_target is None and b2n.seconds_to_target is None  # never reached
+    assert b2n.generalization == "base 0.8000 / novel 0.4550 / HM 0.5830"
+    assert (b2n.novel_acc_mean, b2n.harmonic_mean) == (pytest.approx(0.455), pytest.approx(0.583))
+    assert dict(b2n.domain_acc) == {"grayscale": 0.81, "noise": 0.79}  # the last round's
+    assert b2n.shots == 16 and b2n.method == "promptfl"
+    assert b2n.protocol == (
+        "domain: 3 synthetic domains × 2 clients (Dirichlet α=0.3 within); leave-one-domain-out: blur; "
+        "base-to-novel; 16 shots/class"
+    )
+
+    assert_row_matches(note, runs["note"], 0.6)
+    assert note.rounds_to_target == 1 and note.seconds_to_target == pytest.approx(0.5)
+    assert note.generalization == "n/a: local models serve only clients that trained | no global state"
+    assert note.protocol == "pathological 2/client; held out 30% of clients"  # config without the new keys
+    assert note.bytes_per_round == 0
+
+
+def test_an_explicit_target_overrides_each_runs_own(runs):
+    for target in (0.0, 0.68, 0.99):
+        for run_dir in runs.values():
+            row = load_run(run_dir, target)
+            assert row.target == target
+            assert_row_matches(row, run_dir, target)
+
+
+def test_markdown_shows_every_number_formatted(runs, tmp_path):
+    dirs = [runs["held"], runs["b2n"], runs["note"]]
+    markdown = write_report(dirs, tmp_path / "out" / "report.md", None, None)
+    assert (tmp_path / "out" / "report.md").read_text() == markdown
+    assert markdown.startswith("# ")
+    main_table = table(markdown, "run")
+    assert list(main_table) == ["a-heldout", "b-base-to-novel", "c-local-note"]
+    assert list(next(iter(main_table.values()))) == report.MAIN_HEADER
+
+    for run_dir, target in ((runs["held"], 0.6), (runs["b2n"], 0.95), (runs["note"], 0.6)):
+        expected = expected_from_metrics(run_dir, target)
+        cells = main_table[run_dir.name]
+        assert cells["mean acc"] == f"{expected['acc_mean']:.4f}"
+        assert cells["worst acc"] == f"{expected['acc_worst']:.4f}"
+        assert cells["std acc"] == f"{expected['acc_std']:.4f}"
+        assert cells["bytes/round"] == fmt_bytes(expected["bytes_per_round"])
+        assert cells["total MB"] == f"{expected['total_mb']:.2f}"
+        if expected["rounds_to_target"] is None:
+            assert cells["rounds to target"] == cells["s to target"] == "not reached"
+        else:
+            assert cells["rounds to target"] == str(expected["rounds_to_target"])
+            assert cells["s to target"] == f"{expected['seconds_to_target']:.1f}"
+
+    held, b2n, note = (main_table[d.name] for d in dirs)
+    assert held["bytes/round"] == "12.3 kB" and held["s to target"] == "5.2"  # 5.25 s
+    assert (
+        held["held-out / novel"] == "held-out 0.6100" and held["protocol"] == "dirichlet α=0.3; held out 20% of clients"
+    )
+    assert b2n["bytes/round"] == "1.45 MB" and b2n["shots"] == "16" and held["shots"] == "all"
+    assert b2n["held-out / novel"] == "base 0.8000 / novel 0.4550 / HM 0.5830"
+    # The note's '|' is escaped so the table keeps its columns.
+    assert "n/a: local models serve only clients that trained \\| no global state" in markdown
+    assert note["bytes/round"] == "0 B"
+
+    domains = table(markdown, "run | grayscale")
+    assert list(domains) == ["b-base-to-novel"]  # only runs that recorded per-domain accuracy
+    assert domains["b-base-to-novel"] == {"run": "b-base-to-novel", "grayscale": "0.8100", "noise": "0.7900"}
+
+
+def test_no_domain_table_without_domain_accuracies(runs, tmp_path):
+    markdown = write_report([runs["held"]], tmp_path / "report.md", None, 0.5)
+    assert "per domain" not in markdown
+    assert table(markdown, "run")["a-heldout"]["rounds to target"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0, "0 B"), (512, "512 B"), (1023.4, "1023 B"), (2048, "2.00 kB"), (12_595, "12.3 kB"), (1_520_000, "1.45 MB")],
+)
+def test_bytes_are_shown_in_base_1024_units(value, text):
+    assert fmt_bytes(value) == text
+    assert fmt_bytes(3 * MB) == "3.00 MB"  # the same MB as the total MB column
+
+
+# --- protocol ---
+
+
+@pytest.mark.parametrize(
+    ("overrides", "names", "text"),
+    [
+        ({"partition": "iid"}, (), "iid"),
+        ({"partition": "dirichlet", "alpha": 0.3}, (), "dirichlet α=0.3"),
+        ({"partition": "pathological", "classes-per-client": 2}, (), "pathological 2/client"),
+        ({"partition": "shard", "shards-per-client": 3}, (), "shard 3/client"),
+        (
+            {"partition": "domain", "synthetic-domains": 4, "clients-per-domain": 2, "num-partitions": 8},
+            (),
+            "domain: 4 synthetic domains × 2 clients (Dirichlet α=0.3 within)",
+        ),
+        (
+            {"dataset": "domains", "partition": "domain", "num-partitions": 3},
+            ("photo", "sketch", "cartoon"),
+            "domain: 3 domains × 1 client",
+        ),
+        (
+            {"partition": "domain", "synthetic-domains": 3, "num-partitions": 3, "held-out-domain": 1},
+            ("grayscale", "blur", "noise"),
+            "domain: 3 synthetic domains × 1 client; leave-one-domain-out: blur",
+        ),
+        (
+            {"partition": "domain", "synthetic-domains": 3, "num-partitions": 3, "held-out-domain": 2},
+            (),
+            "domain: 3 synthetic domains × 1 client; leave-one-domain-out: domain 2",
+        ),
+        (
+            {"partition": "iid", "held-out-fraction": 0.2, "base-to-novel": True, "shots-per-class": 16},
+            (),
+            "iid; held out 20% of clients; base-to-novel; 16 shots/class",
+        ),
+    ],
+)
+def test_describe_protocol(overrides, names, text):
+    assert describe_protocol({**BASE_CONFIG, **overrides}, names) == text
+
+
+def test_describe_protocol_reads_old_configs_with_defaults():
+    assert describe_protocol({"partition": "dirichlet", "alpha": 0.5}) == "dirichlet α=0.5"
+    assert describe_protocol({"partition": "iid", "base-to-novel": "true"}) == "iid; base-to-novel"
+
+
+# --- command line ---
+
+
+def test_cli_writes_markdown_and_a_two_panel_png(runs, tmp_path, capsys):
+    out, figure = tmp_path / "r" / "report.md", tmp_path / "r" / "report.png"
+    code = main([str(runs["held"]), str(runs["b2n"]), "--out", str(out), "--figure", str(figure), "--target", "0.68"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert out.read_text() == printed
+    assert figure.read_bytes().startswith(PNG_MAGIC) and figure.stat().st_size > 1000
+    assert "![mean accuracy vs round and vs MB](report.png)" in printed  # linked relative to the report
+    cells = table(printed, "run")
+    assert cells["a-heldout"]["rounds to target"] == "4" and cells["b-base-to-novel"]["rounds to target"] == "2"
+
+
+def test_cli_expands_a_results_folder_and_skips_the_figure_on_request(runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (runs["held"].parent / "not-a-run").mkdir()  # a stray folder inside is ignored
+    assert main([str(runs["held"].parent), "--figure", ""]) == 0
+    assert list(table(capsys.readouterr().out, "run")) == ["a-heldout", "b-base-to-novel", "c-local-note"]
+    assert (tmp_path / "report.md").is_file()
+    assert not (tmp_path / "report.png").exists()
+
+
+def test_python_dash_m_runs_the_report(runs, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "fedapp.report", str(runs["held"].parent)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "report.md").read_text() == done.stdout
+    assert (tmp_path / "report.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def _bad_folders(tmp_path: Path) -> list[tuple[Path, str]]:
+    missing = tmp_path / "does-not-exist"
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    empty_folder = tmp_path / "empty"
+    empty_folder.mkdir()
+    no_config = tmp_path / "no-config"
+    no_config.mkdir()
+    (no_config / "metrics.jsonl").write_text('{"round": 1}\n')
+    empty_metrics = write_run(tmp_path / "bad", "empty-metrics", BASE_CONFIG, [])
+    broken = write_run(tmp_path / "bad", "broken", BASE_CONFIG, [])
+    (broken / "metrics.jsonl").write_text("{not json\n")
+    return [
+        (missing, "is not a folder"),
+        (a_file, "is not a folder"),
+        (empty_folder, "no metrics.jsonl"),
+        (no_config, "no config.yaml"),
+        (empty_metrics, "metrics.jsonl is empty"),
+        (broken, "cannot read metrics.jsonl"),
+    ]
+
+
+def test_bad_folders_exit_2_naming_the_folder(runs, tmp_path, capsys):
+    for folder, problem in _bad_folders(tmp_path):
+        assert main([str(runs["held"]), str(folder), "--out", str(tmp_path / "r.md"), "--figure", ""]) == 2, folder
+        captured = capsys.readouterr()
+        assert str(folder) in captured.err and problem in captured.err, captured.err
+        assert "Traceback" not in captured.err and captured.out == ""
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_bad_folders_raise_data_error_from_the_api(tmp_path):
+    for folder, problem in _bad_folders(tmp_path):
+        with pytest.raises(DataError, match=problem):
+            load_run(folder)
+
+
+def test_the_benchmarks_still_import_the_table_helpers_from_compare(monkeypatch):
+    spec = importlib.util.spec_from_file_location("compare", REPO / "benchmarks" / "compare.py")
+    compare = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "compare", compare)  # its dataclass looks its module up while executing
+    spec.loader.exec_module(compare)
+    assert compare.markdown_table is report.markdown_table and compare.fmt_count is report.fmt_count
+    assert compare.markdown_table(["a", "b"], [["1", "2"]]) == "| a | b |\n|---|---|\n| 1 | 2 |"
+    assert [compare.fmt_count(v) for v in (None, 999, 1234, 1_234_567, 5e12)] == [
+        "not reached",
+        "999",
+        "1.23k",
+        "1.23M",
+        "5.00T",
+    ]
