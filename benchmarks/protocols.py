@@ -28,11 +28,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import add_common_arguments, common_overrides, run_method
 
-from fedapp.config import CLIP_METHODS
+from fedapp.config import CLIP_METHODS, HETEROGENEOUS_METHODS
 from fedapp.report import write_report
 
 METHODS = ("fedavg", "standalone", "pfedlora", "fedd2p", "promptfl", "sdfed", "pep-fedpt")
 PROTOCOLS = ("domain", "lodo", "b2n")
+# Learning rates of the family benchmarks: SGD on whole CNNs vs on prompts and heads of a frozen backbone.
+CNN_LR, PROMPT_LR = 0.05, 0.01
+CNN_METHODS = ("fedavg", *HETEROGENEOUS_METHODS)
 # What each family needs besides the common keys (the family benchmarks' backbones).
 METHOD_KEYS = {
     "pfedlora": {"client-models": "cnn-1,cnn-2,cnn-3,cnn-4,cnn-5"},
@@ -58,8 +61,9 @@ def protocol_keys(protocol: str, domains: int, per_domain: int) -> dict:
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(
-        parser, methods=METHODS, results_dir="results/benchmarks/protocols", rounds=10, lr=0.01, batch_size=32
+        parser, methods=METHODS, results_dir="results/benchmarks/protocols", rounds=10, lr=0.0, batch_size=32
     )
+    parser.set_defaults(lr=None)  # by default each method gets its family's rate (CNN_LR or PROMPT_LR)
     parser.add_argument("--protocols", default=",".join(PROTOCOLS))
     parser.add_argument("--domains", type=int, default=4)
     parser.add_argument("--clients-per-domain", type=int, default=2)
@@ -82,6 +86,7 @@ def main(argv: list[str] | None = None) -> str:
                 "shots-per-class": args.shots,
                 "target-accuracy": args.target,
                 "min-clients": 2,
+                "lr": args.lr or (CNN_LR if method in CNN_METHODS else PROMPT_LR),
                 **METHOD_KEYS.get(method, {}),
             }
             setting = f"{protocol}-D{args.domains}x{args.clients_per_domain}-R{args.rounds}"
