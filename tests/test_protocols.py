@@ -183,6 +183,9 @@ def test_every_method_runs_the_domain_and_held_out_protocols(tmp_path, method):
         trained_domains = sorted({p // 2 for p in training})
         assert list(domains) == [SYNTHETIC_DOMAINS[d] for d in trained_domains]
         assert all(0.0 <= acc <= 1.0 for acc in domains.values())
+    for client in pool.clients.values():
+        # Few-shot holds for every method: at most 4 training images per class.
+        assert np.bincount(client.numpy_client.data.splits["train"].labels).max() <= 4
     summary = json.loads((tmp_path / "results" / "run" / "summary.json").read_text())
     assert summary["final_domain_acc"] == strategy.history[-1].extra["domain_acc"]
     if strategy.new_client_note:
