@@ -409,8 +409,7 @@ def held_out_partitions(v: Mapping[str, Scalar]) -> frozenset[int]:
         held.update(int(i) for i in rng.choice(total, size=count, replace=False))
     domain = int(v.get("held-out-domain", -1))
     if domain >= 0:
-        per_domain = int(v["clients-per-domain"])
-        held.update(range(domain * per_domain, min(total, (domain + 1) * per_domain)))
+        held.update(p for p in range(total) if domain_of_partition(v, p) == domain)
     return frozenset(held)
 
 

@@ -79,6 +79,39 @@ class RoundRecord:
         return json.dumps(record, allow_nan=True, sort_keys=False)
 
 
+def first_reaching(accuracies: Sequence[float], target: float) -> int | None:
+    """Index of the first accuracy that reaches ``target`` (None if none does)."""
+    return next((i for i, accuracy in enumerate(accuracies) if accuracy >= target), None)
+
+
+def save_accuracy_figure(path: Path, panels: Sequence[tuple[str, str, Sequence[tuple]]], title: str = "") -> Path:
+    """One PNG with a panel per ``(title, xlabel, curves)``; a curve is ``(xs, ys, label, linestyle)``.
+
+    Accuracy on a 0..1 axis, a light grid and a legend in every panel: the run's own
+    plots and the comparison report (:mod:`fedapp.report`) look alike.
+    """
+    import matplotlib  # noqa: PLC0415 - plotting is only needed at the end of a run
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5 + 0.5 * (len(panels) > 1)), dpi=100)
+    for ax, (panel_title, xlabel, curves) in zip(np.atleast_1d(axes), panels, strict=True):
+        for xs, ys, label, linestyle in curves:
+            ax.plot(xs, ys, linestyle=linestyle, marker="o" if linestyle == "-" else None, markersize=3, label=label)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("accuracy")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=7)
+        ax.set_title(panel_title or title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def progress_line(record: RoundRecord, num_rounds: int) -> str:
     """The one readable server log line per round."""
     glob = "" if record.global_acc is None else f" | global {record.global_acc:.3f}"
@@ -133,7 +166,8 @@ class RunRecorder:
         if not self.records:
             return {"rounds": 0, **self.summary_extra}
         last = self.records[-1]
-        reached = next((r for r in self.records if r.acc_mean >= self.target_accuracy), None)
+        index = first_reaching([r.acc_mean for r in self.records], self.target_accuracy)
+        reached = None if index is None else self.records[index]
         return {
             "rounds": len(self.records),
             "final_acc_mean": last.acc_mean,
@@ -170,39 +204,17 @@ class RunRecorder:
         """Accuracy against round and against MB communicated, as PNG files."""
         if not self.records:
             return []
-        import matplotlib  # noqa: PLC0415 - plotting is only needed at the end of a run
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-
-        rounds = [r.round for r in self.records]
-        megabytes = [r.mb_cumulative for r in self.records]
+        curves = [([r.acc_mean for r in self.records], "mean client acc", "-")]
+        curves.append(([r.acc_worst for r in self.records], "worst client acc", "--"))
+        if any(r.global_acc is not None for r in self.records):
+            curves.append(([np.nan if r.global_acc is None else r.global_acc for r in self.records], "global acc", ":"))
         paths = []
         for xs, xlabel, name in (
-            (rounds, "round", "accuracy_vs_round.png"),
-            (megabytes, "MB communicated", "accuracy_vs_mb.png"),
+            ([r.round for r in self.records], "round", "accuracy_vs_round.png"),
+            ([r.mb_cumulative for r in self.records], "MB communicated", "accuracy_vs_mb.png"),
         ):
-            fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
-            ax.plot(xs, [r.acc_mean for r in self.records], marker="o", label="mean client acc")
-            ax.plot(xs, [r.acc_worst for r in self.records], linestyle="--", label="worst client acc")
-            if any(r.global_acc is not None for r in self.records):
-                ax.plot(
-                    xs,
-                    [r.global_acc if r.global_acc is not None else np.nan for r in self.records],
-                    linestyle=":",
-                    label="global acc",
-                )
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("accuracy")
-            ax.set_ylim(0, 1)
-            ax.grid(alpha=0.3)
-            ax.legend(loc="lower right", fontsize=8)
-            ax.set_title(self.directory.name, fontsize=9)
-            fig.tight_layout()
-            path = self.directory / name
-            fig.savefig(path)
-            plt.close(fig)
-            paths.append(path)
+            panel = ("", xlabel, [(xs, ys, label, style) for ys, label, style in curves])
+            paths.append(save_accuracy_figure(self.directory / name, [panel], title=self.directory.name))
         return paths
 
 

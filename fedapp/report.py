@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from fedapp.errors import DataError, FedAppError
-from fedapp.metrics import read_metrics
+from fedapp.metrics import first_reaching, read_metrics, save_accuracy_figure
 
 # Columns every metrics.jsonl line has (fedapp.metrics.RoundRecord); the report needs them all.
 REQUIRED_METRICS = ("round", "acc_mean", "acc_worst", "acc_std", "bytes_round_total", "mb_cumulative", "round_seconds")
@@ -307,7 +307,7 @@ def load_run(run_dir: Path, target: float | None = None) -> ReportRow:
         target = None if configured is None else float(configured)
     last = lines[-1]
     acc = [float(line["acc_mean"]) for line in lines]
-    reached = None if target is None else next((i for i, a in enumerate(acc) if a >= target), None)
+    reached = None if target is None else first_reaching(acc, target)
 
     held = _latest(lines, "held_out_acc_mean")
     novel = _latest(lines, "novel_acc_mean")
@@ -447,29 +447,15 @@ def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str
 
 def write_figure(rows: Sequence[ReportRow], path: Path) -> Path:
     """One PNG, two panels: mean client accuracy against round and against cumulative MB, a line per run."""
-    import matplotlib  # noqa: PLC0415 - plotting is only needed when a figure is asked for
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    fig, (by_round, by_mb) = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
-    for row in rows:
-        by_round.plot(row.curve_rounds, row.curve_acc_mean, marker="o", markersize=3, label=row.run)
-        by_mb.plot(row.curve_mb, row.curve_acc_mean, marker="o", markersize=3, label=row.run)
-    for ax, xlabel in ((by_round, "round"), (by_mb, "MB communicated (cumulative)")):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("mean client accuracy")
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-    by_round.xaxis.get_major_locator().set_params(integer=True)  # no round 2.5
-    by_round.set_title("mean accuracy vs round", fontsize=9)
-    by_mb.set_title("mean accuracy vs communication", fontsize=9)
-    by_mb.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    by_round = [(row.curve_rounds, row.curve_acc_mean, row.run, "-") for row in rows]
+    by_mb = [(row.curve_mb, row.curve_acc_mean, row.run, "-") for row in rows]
+    return save_accuracy_figure(
+        path,
+        [
+            ("mean accuracy vs round", "round", by_round),
+            ("mean accuracy vs communication", "MB communicated (cumulative)", by_mb),
+        ],
+    )
 
 
 def write_report(run_dirs: Iterable[Path], out: Path, figure: Path | None, target: float | None) -> str:

@@ -417,7 +417,7 @@ class FedAppStrategy(Strategy):
         results = sorted(results, key=lambda pr: (float(pr[1].metrics.get("accuracy", math.nan)), pr[1].num_examples))
         held_out = [(p, r) for p, r in results if self._partition_of.get(p.cid) in self._held_out]
         results = [(p, r) for p, r in results if self._partition_of.get(p.cid) not in self._held_out]
-        stats = AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in results])
+        stats = _accuracy_stats(results)
         global_acc = None
         if self.has_global_model and results:
             # The pooled accuracy of the one global model over every client's test set.
@@ -427,7 +427,7 @@ class FedAppStrategy(Strategy):
             )
         eval_extra = _mean_metrics([(dict(res.metrics), res.num_examples) for _, res in results], "eval")
         if held_out:
-            held = AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in held_out])
+            held = _accuracy_stats(held_out)
             eval_extra.update(held_out_acc_mean=held.mean, held_out_acc_worst=held.worst, held_out_clients=held.clients)
         eval_extra.update(self._novel_metrics(stats, results))
         domains = self._domain_accuracies(results)
@@ -456,13 +456,13 @@ class FedAppStrategy(Strategy):
 
     def _domain_accuracies(self, results: list[tuple[ClientProxy, EvaluateRes]]) -> dict[str, float]:
         """Mean client accuracy per domain (``partition = domain``), keyed by domain name."""
-        by_domain: dict[int, list[float]] = {}
+        by_domain: dict[int, list[tuple[ClientProxy, EvaluateRes]]] = {}
         for proxy, res in results:
             partition = self._partition_of.get(proxy.cid)
             domain = None if partition is None else domain_of_partition(self.config.values, partition)
             if domain is not None:
-                by_domain.setdefault(domain, []).append(float(res.metrics.get("accuracy", math.nan)))
-        return {self._domain_name(d): AccuracyStats.of(accs).mean for d, accs in sorted(by_domain.items())}
+                by_domain.setdefault(domain, []).append((proxy, res))
+        return {self._domain_name(d): _accuracy_stats(replies).mean for d, replies in sorted(by_domain.items())}
 
     def _domain_name(self, domain: int) -> str:
         return self.domain_names[domain] if domain < len(self.domain_names) else f"domain-{domain}"
@@ -665,6 +665,11 @@ def _round_problem(metrics: dict[str, Scalar], server_round: int) -> str | None:
     if replied is not None and replied != server_round:
         return f"reply for round {replied} arrived in round {server_round}"
     return None
+
+
+def _accuracy_stats(results: list[tuple[ClientProxy, EvaluateRes]]) -> AccuracyStats:
+    """Mean, worst and spread of the clients' reported test accuracies."""
+    return AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in results])
 
 
 def _num_params(arrays: Arrays) -> int:
