@@ -481,7 +481,11 @@ class FedAppStrategy(Strategy):
         state alone can serve them (:attr:`new_client_note` is empty).
         """
         min_clients = int(self.config["min-clients"])
-        client_manager.wait_for(min_clients)
+        # Flower's grid-backed client manager refreshes its node list when asked how many
+        # nodes it has (and otherwise every 5 s); asking first keeps a first round whose
+        # nodes are already connected from waiting for the next refresh.
+        if client_manager.num_available() < min_clients:
+            client_manager.wait_for(min_clients)
         pool = client_manager.all()
         if self._held_out or fraction < 1.0 or self.config["partition"] == "domain":
             self._ask_partitions(list(pool.values()), server_round)

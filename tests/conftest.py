@@ -1,13 +1,40 @@
-"""Shared fixtures: a private cache dir, so tests never write to the user's home."""
+"""Fixtures and tier markers shared by every tier.
+
+The suite has three tiers, one folder each (``tests/unit``, ``tests/integration``,
+``tests/system``); every test gets its folder's marker, so ``-m unit`` and
+``tests/unit`` select the same tests.
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "integration", "system")
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("FEDAPP_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fedapp-cache"))
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(TESTS).parts
+        tier = parts[0] if len(parts) > 1 else ""
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{', tests/'.join(TIERS)}")
+        item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory):
+    """A private cache dir, so tests never write to the user's home.
+
+    Session-wide and in ``os.environ`` before any worker starts: Ray workers and
+    Flower processes inherit the environment they were started with.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDAPP_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "fedapp-cache"))
+        yield os.environ["FEDAPP_CACHE_DIR"]
 
 
 @pytest.fixture(scope="session")

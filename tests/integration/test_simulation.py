@@ -11,7 +11,6 @@ from fedapp.client_app import make_client_app
 from fedapp.metrics import read_metrics
 from fedapp.server_app import make_server_app
 
-pytestmark = pytest.mark.slow
 BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,8 @@ from fedapp import report
 from fedapp.errors import DataError
 from fedapp.metrics import MB, RoundRecord, RunRecorder, read_metrics
 from fedapp.report import ReportRow, describe_protocol, fmt_bytes, load_run, main, report_rows, write_report
+from tests.paths import ROOT
 
-REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Config keys newer than some run folders; a run without them must still be described.
 NEW_KEYS = {"clients-per-domain", "synthetic-domains", "held-out-domain", "base-to-novel"}
@@ -83,6 +82,10 @@ def curve(accs: list[float], bytes_list: list[int], seconds: list[float], **extr
 
 @pytest.fixture
 def runs(tmp_path) -> dict[str, Path]:
+    return write_runs(tmp_path)
+
+
+def write_runs(tmp_path: Path) -> dict[str, Path]:
     """Three runs: held-out clients (reaches the target), base-to-novel with domains (never reaches it),
     and a method that cannot serve held-out clients (summary note; an old config without the new keys)."""
     results = tmp_path / "results"
@@ -341,20 +344,6 @@ def test_cli_expands_a_results_folder_and_skips_the_figure_on_request(runs, tmp_
     assert not (tmp_path / "report.png").exists()
 
 
-def test_python_dash_m_runs_the_report(runs, tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "fedapp.report", str(runs["held"].parent)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "report.md").read_text() == done.stdout
-    assert (tmp_path / "report.png").read_bytes().startswith(PNG_MAGIC)
-
-
 def _bad_folders(tmp_path: Path) -> list[tuple[Path, str]]:
     missing = tmp_path / "does-not-exist"
     a_file = tmp_path / "file.txt"
@@ -393,7 +382,7 @@ def test_bad_folders_raise_data_error_from_the_api(tmp_path):
 
 
 def test_the_benchmarks_still_import_the_table_helpers_from_compare(monkeypatch):
-    spec = importlib.util.spec_from_file_location("compare", REPO / "benchmarks" / "compare.py")
+    spec = importlib.util.spec_from_file_location("compare", ROOT / "benchmarks" / "compare.py")
     compare = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "compare", compare)  # its dataclass looks its module up while executing
     spec.loader.exec_module(compare)

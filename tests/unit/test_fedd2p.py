@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -27,7 +23,6 @@ from fedapp.state import MemoryStateStore
 from strategies.base import ClientUpdate
 from strategies.fedd2p import FedD2PStrategy
 
-ROOT = Path(__file__).resolve().parent.parent
 CLASSES = 10
 
 
@@ -191,24 +186,3 @@ def test_fedd2p_strategy_sends_generator_knowledge_and_logs_its_loss():
     np.testing.assert_allclose(knowledge.sum(axis=1), 1.0, rtol=1e-5)
     assert present.tolist() == [1.0] * CLASSES
     assert np.isfinite(strategy._round_log[1].extra["generator_loss"])
-
-
-def test_an_edge_client_never_imports_open_clip(tmp_path):
-    script = (
-        "import sys, torch\n"
-        "from clients.fedd2p import FedD2PClient\n"
-        "from fedapp.clientdata import load_client_data\n"
-        "from fedapp.config import resolve_run_config\n"
-        "from fedapp.state import MemoryStateStore\n"
-        "import numpy as np\n"
-        "c = resolve_run_config({'method': 'fedd2p', 'client-models': 'vgg-2', 'num-partitions': 4})\n"
-        "client = FedD2PClient(c, load_client_data(c, 0, 4), MemoryStateStore({}), torch.device('cpu'))\n"
-        "k = [np.full((10, 10), 0.1, np.float32), np.ones(10, np.float32)]\n"
-        "client.fit(k, {'server-round': 1}); client.evaluate(k, {})\n"
-        "assert 'open_clip' not in sys.modules, 'open_clip was imported'\n"
-        "print('ok')\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

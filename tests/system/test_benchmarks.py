@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.paths import ROOT
 
-pytestmark = pytest.mark.slow
+BENCHMARKS = ROOT / "benchmarks"
 
 
 def load_script(name: str):

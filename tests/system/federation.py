@@ -2,7 +2,11 @@
 
 A :class:`Processes` group starts commands with their output in one log file
 each and stops every one of them by PID (with its process group) at the end, so
-a failing test leaves nothing running.
+a failing test leaves nothing running. A :class:`RunQueue` submits several
+``flwr run`` commands to one federation at once and hands each test its own
+run's outcome: a SuperNode works on one message at a time, but while it trains
+for one run the others' ServerApps start, aggregate and poll, so the runs share
+the federation's idle time instead of each paying it in turn.
 """
 
 from __future__ import annotations
@@ -13,13 +17,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+import httpx
 
 from fedapp.launch import stop_processes
 from fedapp.metrics import read_metrics
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+# Seconds between a SuperExec's polls for new ClientApp/ServerApp tasks (Flower's default is
+# 1 s, the only poll interval Flower exposes); every message of a run waits for one poll.
+TASK_POLL_INTERVAL = "0.1"
 
 
 def flower_env(home: Path) -> dict[str, str]:
@@ -33,6 +44,7 @@ def flower_env(home: Path) -> dict[str, str]:
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
         "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": TASK_POLL_INTERVAL,
     }
 
 
@@ -50,6 +62,14 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0, in
             return
         time.sleep(interval)
     raise TimeoutError(f"{what} did not happen within {timeout:.0f}s")
+
+
+def healthy(url: str) -> bool:
+    """Whether ``url`` (a SuperLink's ``/health``) answers with success."""
+    try:
+        return httpx.get(url, timeout=1.0).is_success
+    except httpx.HTTPError:
+        return False
 
 
 class Processes:
@@ -108,3 +128,31 @@ def run_metrics(results: Path, run_name: str, done: subprocess.CompletedProcess,
     if not metrics.exists():
         raise AssertionError(f"no metrics written\n{done.stdout[-3000:]}\n{processes.tails()}")
     return read_metrics(metrics)
+
+
+class RunQueue:
+    """``flwr run`` commands submitted to one federation side by side, at most ``in_flight`` at a time.
+
+    ``run`` is what submits one run and waits for it (``flwr run --stream``);
+    :meth:`submit` returns at once with a future of its outcome, so a module can
+    put every run it checks in flight before its first test looks at one.
+    """
+
+    def __init__(self, run: Callable[[str], subprocess.CompletedProcess], in_flight: int = 4) -> None:
+        self._run = run
+        self._pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="flwr-run")
+        self.submitted: list[Future] = []
+
+    def submit(self, run_config: str) -> Future:
+        future = self._pool.submit(self._run, run_config)
+        self.submitted.append(future)
+        return future
+
+    def drain(self) -> None:
+        """Wait until every submitted run has ended (before the federation is changed under them)."""
+        for future in self.submitted:
+            with contextlib.suppress(Exception):
+                future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

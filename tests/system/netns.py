@@ -7,9 +7,9 @@ runs with TLS (a private CA from ``docker/make-certs.sh``) and SuperNode
 authentication (keys from ``docker/make-node-keys.sh``, registered with
 ``flwr supernode register``), exactly as the README's deployment section says.
 
-Needs root (CAP_NET_ADMIN) and iproute2; elsewhere the module is skipped with
-the reason. Every process is stopped by PID and every namespace deleted at the
-end, pass or fail.
+Needs root (CAP_NET_ADMIN) and iproute2; elsewhere :data:`UNAVAILABLE` says why
+and the tests that need the hosts are skipped with it. Every process is stopped
+by PID and every namespace deleted at the end, pass or fail.
 """
 
 from __future__ import annotations
@@ -18,16 +18,12 @@ import json
 import os
 import shutil
 import subprocess
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from fedapp.launch import stop_processes
-from tests.federation import BIN, ROOT, Processes, connection_toml, flower_env, flwr, run_app, run_metrics, wait_for
-
-pytestmark = pytest.mark.slow
+from tests.paths import ROOT
+from tests.system.federation import BIN, Processes, RunQueue, connection_toml, flower_env, flwr, run_app, wait_for
 
 SUBNET = "10.77.0"
 HOSTS = {"superlink": 1, "node-0": 2, "node-1": 3, "operator": 9}
@@ -48,9 +44,7 @@ def _namespaces_unavailable() -> str | None:
     return None
 
 
-_REASON = _namespaces_unavailable()
-if _REASON:
-    pytestmark = [pytest.mark.slow, pytest.mark.skip(reason=_REASON)]
+UNAVAILABLE = _namespaces_unavailable()
 
 
 def ip(*args: str) -> None:
@@ -103,6 +97,10 @@ class Federation:
     keys: Path
     operator_env: dict[str, str]
     superlink_command: list[str]
+    queue: RunQueue = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.queue = RunQueue(self.run)
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return flwr(args, self.operator_env, self.net.on("operator"), timeout)
@@ -136,8 +134,12 @@ class Federation:
         self.processes.start("superlink", self.net.on("superlink", *self.superlink_command))
         wait_for(lambda: self.cli("supernode", "list").returncode == 0, "the SuperLink answering over TLS", 90, 1.0)
 
-    def run(self, run_config: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    def run(self, run_config: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return run_app("fed", run_config, self.operator_env, self.net.on("operator"), timeout)
+
+    def submit(self, run_config: str):
+        """Put a run in flight; the future's result is the finished ``flwr run``."""
+        return self.queue.submit(run_config)
 
 
 def node_config(federation: Federation, partition: int) -> str:
@@ -145,9 +147,8 @@ def node_config(federation: Federation, partition: int) -> str:
     return f'partition-id={partition} num-partitions=2 state-dir="{state}"'
 
 
-@pytest.fixture(scope="module")
-def federation(tmp_path_factory):
-    root = tmp_path_factory.mktemp("netns")
+def federation(root: Path):
+    """Build the hosts, start the federation in them and yield it; tear everything down after."""
     certs, keys = root / "certs", root / "keys"
     subprocess.run(["bash", str(ROOT / "docker/make-certs.sh"), str(certs), f"IP:{SUBNET}.1"], check=True)
     node_keys = ["node-0", "node-1", "rogue", "spare"]
@@ -188,103 +189,7 @@ def federation(tmp_path_factory):
         wait_for(lambda: fed.online() == 2, "both SuperNodes online", 90, 1.0)
         yield fed
     finally:
+        fed.queue.drain()
+        fed.queue.close()
         processes.stop_all()
         net.destroy()
-
-
-def test_hosts_are_separate(federation):
-    """A node reaches the SuperLink only over the bridge: its loopback has no SuperLink."""
-    probe = "import socket,sys; s=socket.socket(); s.settimeout(2); sys.exit(s.connect_ex((sys.argv[1], 9092)))"
-    python = str(BIN / "python")
-    assert subprocess.run(federation.net.on("node-0", python, "-c", probe, f"{SUBNET}.1"), check=False).returncode == 0
-    assert subprocess.run(federation.net.on("node-0", python, "-c", probe, "127.0.0.1"), check=False).returncode != 0
-
-
-def wait_exit(process: subprocess.Popen, timeout: float = 90) -> int:
-    try:
-        return process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the SuperNode (pid {process.pid}) was still running after {timeout}s")
-
-
-def test_unregistered_node_is_refused(federation):
-    before = {node["node-id"] for node in federation.nodes()}
-    process = federation.start_supernode(
-        "rogue", "node-1", "rogue", node_config(federation, 1), "--root-certificates",
-        str(federation.certs / "ca.crt"), "--max-retries", "1", port=9095,
-    )  # fmt: skip
-    assert wait_exit(process) != 0
-    assert "Failed to activate SuperNode" in federation.processes.log("rogue")
-    assert {node["node-id"] for node in federation.nodes()} == before
-    assert federation.online() == 2
-
-
-def test_node_without_ca_certificate_cannot_connect(federation):
-    # The key is registered: only the missing CA certificate stands in the way.
-    process = federation.start_supernode(
-        "no-ca", "node-1", "spare", node_config(federation, 1), "--max-retries", "1", port=9096
-    )
-    assert wait_exit(process) != 0
-    assert "CERTIFICATE_VERIFY_FAILED" in federation.processes.log("no-ca")
-    spare = [node for node in federation.nodes() if node["status"] != "online"]
-    assert len(spare) == 1 and spare[0]["status"] == "registered"
-
-
-def test_cli_without_ca_certificate_cannot_connect(federation):
-    home = federation.root / "home-stranger"
-    env = flower_env(home)
-    (home / "config.toml").write_text(f'[superlink]\ndefault = "fed"\n\n[superlink.fed]\naddress = "{LINK_ADDRESS}"\n')
-    listed = flwr(["supernode", "list"], env, federation.net.on("operator"), timeout=60)
-    assert listed.returncode != 0
-    assert "online" not in listed.stdout
-
-
-VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
-
-
-@pytest.mark.parametrize(
-    ("method", "extra"),
-    [
-        ("pfedlora", 'state="disk"'),  # family A, personal models under each node's state-dir
-        ("sdfed", 'shots-per-class=8 local-prompt-lengths="4,16"'),  # family B
-        ("fedd2p", 'client-models="vgg-2,vgg-3" d2p-steps=5 shots-per-class=8'),  # family C
-        ("pep-fedpt", VIT),  # family D
-    ],
-)
-def test_two_rounds_across_hosts(federation, method, extra):
-    results = federation.root / "results"
-    run_name = f"netns-{method}"
-    config = f'method="{method}" num-rounds=2 num-partitions=2 {extra} results-dir="{results}" run-name="{run_name}"'
-    rows = run_metrics(results, run_name, federation.run(config), federation.processes)
-    assert [r["round"] for r in rows] == [1, 2]
-    assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows)
-    if method == "pfedlora":
-        for partition in range(2):
-            saved = federation.root / f"state-node-{partition}" / run_name / f"partition-{partition}"
-            assert sorted(p.name for p in saved.glob("*.npz")), f"no personal state in {saved}"
-
-
-def test_supernode_survives_superlink_restart(federation):
-    """The SuperLink goes down between two runs; the same SuperNode processes reconnect
-    and the second run continues each client's personal model from its state-dir."""
-    results = federation.root / "results-restart"
-    config = 'method="standalone" num-rounds=1 num-partitions=2 state="disk" run-name="restart" results-dir="{}"'
-    nodes = {name: federation.processes.started[name] for name in ("node-0", "node-1")}
-    first = run_metrics(results / "a", "restart", federation.run(config.format(results / "a")), federation.processes)
-    assert [r["fit_personal_rounds"] for r in first] == [1.0]
-
-    federation.processes.stop("superlink")
-    reconnects = {name: federation.processes.log(name).count("Connection successful") for name in nodes}
-    time.sleep(3)  # the nodes notice and start retrying
-    federation.start_superlink()
-    wait_for(
-        lambda: all(federation.processes.log(n).count("Connection successful") > reconnects[n] for n in nodes),
-        "both SuperNodes reconnecting",
-        120,
-        1.0,
-    )
-    assert all(process.poll() is None for process in nodes.values()), "a SuperNode process exited"
-
-    second = run_metrics(results / "b", "restart", federation.run(config.format(results / "b")), federation.processes)
-    assert [r["fit_personal_rounds"] for r in second] == [2.0]  # trained on from round 1, not from scratch
-    assert all(process.poll() is None for process in nodes.values())

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import tomllib
 
 from fedapp.config import SCHEMA, defaults, resolve_run_config, validate
 from fedapp.errors import ConfigError
 from fedapp.registry import REGISTRY
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
 
 
 def test_pyproject_declares_exactly_the_schema_defaults():

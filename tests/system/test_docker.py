@@ -20,7 +20,8 @@ import pytest
 import yaml
 from flwr.common.config import parse_config_args
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 DOCKER = ROOT / "docker"
 DOCKERFILES = sorted(DOCKER.glob("Dockerfile*"))
 SCRIPTS = sorted(DOCKER.glob("*.sh"))

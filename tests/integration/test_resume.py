@@ -1,4 +1,4 @@
-"""Checkpoints, exact resume and determinism.
+"""Exact resume and determinism, end to end in Ray simulations.
 
 A run "stopped after round 3 of 6" is the real ServerApp whose Flower loop
 ends after 3 rounds while its configuration still says 6: the state on disk
@@ -10,22 +10,13 @@ never interrupted.
 from __future__ import annotations
 
 import json
-import random
-import zipfile
 
-import numpy as np
 import pytest
-import torch
 from flwr.server import ServerApp, ServerConfig
 from flwr.simulation import run_simulation
 
 from fedapp.checkpoint import (
-    ServerCheckpoint,
-    check_resumable,
     load_checkpoint,
-    restore_rng_state,
-    rng_state,
-    save_checkpoint,
 )
 from fedapp.client_app import make_client_app
 from fedapp.config import resolve_run_config
@@ -34,78 +25,9 @@ from fedapp.metrics import read_metrics
 from fedapp.server_app import server_components
 
 BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
+
+
 TIMINGS = {"round_seconds"}
-
-
-def checkpoint(round_: int = 2, method: str = "fedavg") -> ServerCheckpoint:
-    return ServerCheckpoint(
-        round=round_,
-        config=resolve_run_config({"method": method}).as_dict(),
-        global_arrays=[np.arange(6, dtype=np.float32).reshape(2, 3), np.array([3], dtype=np.int64)],
-        strategy_state={"generator.weight": np.ones((2, 2), np.float32)},
-        totals={"mb_cumulative": 1.5, "params_cumulative": 12.0, "flops_cumulative": 7.0},
-        records=[{"round": 1, "acc_mean": float("nan")}],
-        rng=rng_state(),
-    )
-
-
-def test_checkpoint_round_trip(tmp_path):
-    saved = checkpoint()
-    loaded = load_checkpoint(save_checkpoint(tmp_path / "checkpoint.npz", saved))
-    assert loaded.round == 2 and loaded.method == "fedavg" and loaded.config == saved.config
-    for got, want in zip(loaded.global_arrays, saved.global_arrays, strict=True):
-        assert got.dtype == want.dtype and np.array_equal(got, want)
-    assert np.array_equal(loaded.strategy_state["generator.weight"], saved.strategy_state["generator.weight"])
-    assert loaded.totals == saved.totals
-    assert np.isnan(loaded.records[0]["acc_mean"])
-    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]  # no temporary file left behind
-
-
-def test_rng_state_restores_every_generator():
-    state = rng_state()
-    first = (random.random(), np.random.rand(), torch.rand(3))
-    restore_rng_state(state)
-    again = (random.random(), np.random.rand(), torch.rand(3))
-    assert first[0] == again[0] and first[1] == again[1] and torch.equal(first[2], again[2])
-
-
-@pytest.mark.parametrize(
-    ("damage", "message"),
-    [
-        (lambda p: p.write_bytes(b"not a zip file"), "corrupt or not a fedapp checkpoint"),
-        (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "corrupt or not a fedapp checkpoint"),
-        (lambda p: p.unlink(), "no checkpoint at"),
-    ],
-    ids=["garbage", "truncated", "missing"],
-)
-def test_damaged_checkpoint_is_refused(tmp_path, damage, message):
-    path = save_checkpoint(tmp_path / "checkpoint.npz", checkpoint())
-    damage(path)
-    with pytest.raises(StateError, match=message):
-        load_checkpoint(path)
-
-
-def test_checkpoint_without_its_arrays_is_refused(tmp_path):
-    path = save_checkpoint(tmp_path / "checkpoint.npz", checkpoint())
-    with zipfile.ZipFile(path) as original, zipfile.ZipFile(tmp_path / "cut.npz", "w") as cut:
-        for item in original.namelist():
-            if item != "global/1.npy":
-                cut.writestr(item, original.read(item))
-    with pytest.raises(StateError, match="incomplete"):
-        load_checkpoint(tmp_path / "cut.npz")
-
-
-def test_checkpoint_of_another_method_or_other_settings_is_refused(tmp_path):
-    path = tmp_path / "checkpoint.npz"
-    with pytest.raises(StateError, match="belongs to method 'fedavg', not 'standalone'"):
-        check_resumable(checkpoint(), resolve_run_config({"method": "standalone"}).as_dict(), path)
-    with pytest.raises(StateError, match=r"lr: 0\.05 -> 0\.5"):
-        check_resumable(checkpoint(), resolve_run_config({"method": "fedavg", "lr": 0.5}).as_dict(), path)
-    # More rounds, another device or results folder: the same computation, carried on.
-    check_resumable(checkpoint(), resolve_run_config({"num-rounds": 30, "resume": True}).as_dict(), path)
-
-
-# ----- simulations -----------------------------------------------------------------------------------------------
 
 
 def run_config(tmp_path, name: str, **overrides) -> dict:
@@ -145,7 +67,6 @@ def fedavg_uninterrupted(tmp_path_factory):
     return simulate(tmp_path_factory.mktemp("fedavg"), "whole", **FEDAVG)
 
 
-@pytest.mark.slow
 def test_same_seed_gives_identical_metrics(tmp_path, fedavg_uninterrupted):
     again = simulate(tmp_path, "again", **FEDAVG)
     assert [r["round"] for r in again] == list(range(1, 7))
@@ -156,7 +77,6 @@ def test_same_seed_gives_identical_metrics(tmp_path, fedavg_uninterrupted):
     assert without_timings(other_seed) != without_timings(fedavg_uninterrupted[:1])
 
 
-@pytest.mark.slow
 def test_fedavg_stopped_after_round_3_resumes_to_the_same_metrics(tmp_path, fedavg_uninterrupted):
     first = simulate(tmp_path, "stopped", stop_after=3, **FEDAVG)
     assert [r["round"] for r in first] == [1, 2, 3]
@@ -167,7 +87,6 @@ def test_fedavg_stopped_after_round_3_resumes_to_the_same_metrics(tmp_path, feda
     assert summary["rounds"] == 6 and summary["final_acc_mean"] == fedavg_uninterrupted[-1]["acc_mean"]
 
 
-@pytest.mark.slow
 def test_fedd2p_resume_restores_the_generator_and_client_state(tmp_path):
     """FedD2P's server trains a prompt generator (strategy state) and its clients keep
     personal CNNs (on disk): both must carry over for the metrics to match."""
@@ -187,7 +106,6 @@ def test_fedd2p_resume_restores_the_generator_and_client_state(tmp_path):
     assert without_timings(resumed) == without_timings(whole)
 
 
-@pytest.mark.slow
 def test_resume_with_other_settings_stops_before_any_round(tmp_path):
     simulate(tmp_path, "run", stop_after=1, **{**FEDAVG, "num-rounds": 3})
     before = (tmp_path / "run" / "run" / "metrics.jsonl").read_text()

@@ -13,32 +13,8 @@ from pathlib import Path
 import pytest
 
 import fedapp.launch as launch_module
-from fedapp.errors import ConfigError
-from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run, stop_processes, superlink_pids
+from fedapp.launch import run, stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
-
-
-def test_parse_overrides_reads_flower_style_toml_values():
-    values = parse_overrides(['method="standalone" num-rounds=3', "alpha=0.5 download=true"])
-    assert values == {"method": "standalone", "num-rounds": 3, "alpha": 0.5, "download": True}
-
-
-def test_expand_preset_lets_an_explicit_default_value_beat_the_preset(tmp_path):
-    preset = tmp_path / "p.yaml"
-    preset.write_text("local-epochs: 5\nmethod: standalone\n")
-    expanded = expand_preset({"preset": str(preset), "local-epochs": 1})
-    assert expanded == {"local-epochs": 1, "method": "standalone", "preset": ""}
-
-
-def test_federation_overrides_size_the_local_simulation():
-    assert federation_overrides(7, 1, 0.0) == "num-supernodes=7 client-resources-num-cpus=1"
-    assert federation_overrides(2, 2, 0.5).endswith("client-resources-num-gpus=0.5")
-
-
-def test_bad_config_fails_before_any_process_starts(tmp_path):
-    with pytest.raises(ConfigError, match=r"'alpha' = -1\.0"):
-        run({"alpha": -1.0}, flwr_home=tmp_path / "home")
-    assert not (tmp_path / "home").exists()
 
 
 class _HealthyHandler(http.server.BaseHTTPRequestHandler):
@@ -52,7 +28,6 @@ class _HealthyHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.slow
 def test_a_temporary_flower_home_is_removed_even_when_the_run_fails(tmp_path, monkeypatch):
     made = tmp_path / "made-by-launch"
 
@@ -102,7 +77,6 @@ def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
         impostor.shutdown()
 
 
-@pytest.mark.slow
 def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
     home = (tmp_path / "home").resolve()
     config = f'num-rounds=100 results-dir="{tmp_path / "results"}"'

@@ -72,8 +72,6 @@ from fedapp.client_app import make_client_fn
 from fedapp.metrics import read_metrics
 from fedapp.server_app import make_server_fn
 
-pytestmark = pytest.mark.slow
-
 BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
 CHEAP = {"num-partitions": 4, "min-clients": 2, "batch-size": 32, "model": "cnn-5", "run-name": "run"}
 

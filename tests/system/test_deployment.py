@@ -1,0 +1,52 @@
+"""Deployment on loopback: a real SuperLink, two SuperNodes and ``flwr run``.
+
+The tier's one loopback federation serves a run per method, all submitted
+before the first test looks at one, as a long-lived deployment serves several
+users' runs. The methods that ``test_netns.py`` runs across separate hosts
+with TLS (pFedLoRA, SDFed, FedD2P, PEP-FedPT) are covered there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
+D2P = 'client-models="vgg-2,vgg-3" d2p-steps=5 shots-per-class=8'
+
+CASES = {
+    "fedavg": 'model="cnn-5"',
+    "coop-local": "shots-per-class=8",
+    "promptfl": "shots-per-class=8",
+    "head-fedavg": VIT,
+    "local-vpt": VIT,
+    "fedvpt": VIT,
+    "fedvpt-d": VIT,
+    # One of the two SuperNodes is held out: it answers for its partition, never trains, and is evaluated.
+    "pep-fedpt": f"{VIT} held-out-fraction=0.5 min-clients=1",
+    "fedd2p-agg": D2P,
+    "fedd2p-gt": D2P,
+}
+
+
+@pytest.fixture(scope="module")
+def runs(loopback):
+    """Every method's two-round run, in flight at once on the loopback federation."""
+    results = loopback.root / "results"
+    return {
+        method: loopback.submit(
+            f'method="{method}" num-rounds=2 num-partitions=2 {extra} results-dir="{results}" run-name="{method}"'
+        )
+        for method, extra in CASES.items()
+    }
+
+
+@pytest.mark.parametrize("method", CASES)
+def test_two_rounds_over_loopback(loopback, runs, method):
+    rows = loopback.metrics(runs[method], loopback.root / "results", method)
+    assert [r["round"] for r in rows] == [1, 2]
+    if method == "pep-fedpt":
+        assert all(r["clients_fit"] == 1 and r["clients_evaluated"] == 1 and r["held_out_clients"] == 1 for r in rows)
+        return
+    assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows)
+    if method == "fedavg":
+        assert rows[-1]["acc_mean"] > 0.1  # better than chance on 10 classes after 2 rounds

@@ -1,0 +1,40 @@
+"""The README's tier commands select the three tiers: each collects, they are disjoint, and together they are the suite.
+
+(Each test's tier marker comes from its folder: ``tests/conftest.py``; ``tests/unit/test_tiers.py`` checks it.)
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.paths import ROOT
+
+TIER_COMMAND = re.compile(r"^python -m pytest -q (tests/(unit|integration|system))$", re.MULTILINE)
+
+
+def collected(*args: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_readmes_tier_commands_split_the_suite_by_folder():
+    commands = TIER_COMMAND.findall((ROOT / "README.md").read_text())
+    assert [tier for _, tier in commands] == ["unit", "integration", "system"], commands
+    everything = collected()
+    tiers = {}
+    for folder, tier in commands:
+        tiers[tier] = collected(folder)
+        assert tiers[tier], f"{folder} collects nothing"
+        assert all(node.startswith(f"{folder}/") for node in tiers[tier])
+    assert set.union(*tiers.values()) == everything
+    assert sum(len(nodes) for nodes in tiers.values()) == len(everything)

@@ -1,0 +1,30 @@
+"""The unit tier starts no processes: no subprocess, no fork, hence no Ray and no Flower runtime.
+
+A test that needs one belongs in ``tests/integration`` (in-process driver, Ray
+simulations) or ``tests/system`` (``flwr run``, SuperLink and SuperNodes, linters).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+MOVE = "unit tests start no processes (no subprocess, fork or Ray): move this test to tests/integration or tests/system"
+
+
+class ProcessStartRefused(AssertionError):
+    """Raised when a unit test tries to start a process."""
+
+
+def _refuse(*args, **kwargs):
+    raise ProcessStartRefused(MOVE)
+
+
+@pytest.fixture(autouse=True)
+def _no_processes(monkeypatch):
+    monkeypatch.setattr(subprocess.Popen, "__init__", _refuse)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, _refuse)

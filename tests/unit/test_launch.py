@@ -1,0 +1,31 @@
+"""The README's default path: ``flwr run`` on a local SuperLink, through fedapp.launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedapp.errors import ConfigError
+from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run
+
+
+def test_parse_overrides_reads_flower_style_toml_values():
+    values = parse_overrides(['method="standalone" num-rounds=3', "alpha=0.5 download=true"])
+    assert values == {"method": "standalone", "num-rounds": 3, "alpha": 0.5, "download": True}
+
+
+def test_expand_preset_lets_an_explicit_default_value_beat_the_preset(tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_text("local-epochs: 5\nmethod: standalone\n")
+    expanded = expand_preset({"preset": str(preset), "local-epochs": 1})
+    assert expanded == {"local-epochs": 1, "method": "standalone", "preset": ""}
+
+
+def test_federation_overrides_size_the_local_simulation():
+    assert federation_overrides(7, 1, 0.0) == "num-supernodes=7 client-resources-num-cpus=1"
+    assert federation_overrides(2, 2, 0.5).endswith("client-resources-num-gpus=0.5")
+
+
+def test_bad_config_fails_before_any_process_starts(tmp_path):
+    with pytest.raises(ConfigError, match=r"'alpha' = -1\.0"):
+        run({"alpha": -1.0}, flwr_home=tmp_path / "home")
+    assert not (tmp_path / "home").exists()
