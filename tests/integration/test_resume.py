@@ -15,9 +15,7 @@ import pytest
 from flwr.server import ServerApp, ServerConfig
 from flwr.simulation import run_simulation
 
-from fedapp.checkpoint import (
-    load_checkpoint,
-)
+from fedapp.checkpoint import load_checkpoint
 from fedapp.client_app import make_client_app
 from fedapp.config import resolve_run_config
 from fedapp.errors import StateError

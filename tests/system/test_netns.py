@@ -31,12 +31,9 @@ RESTART = 'method="standalone" num-rounds=1 num-partitions=2 state="disk" run-na
 def federation(netns):
     """The hosts' federation, with every run this module checks already in flight."""
     results = netns.root / "results"
-    netns.runs = {
-        method: netns.submit(
-            f'method="{method}" num-rounds=2 num-partitions=2 {extra} results-dir="{results}" run-name="netns-{method}"'
-        )
-        for method, extra in CASES.items()
-    }
+    for method, extra in CASES.items():
+        where = f'results-dir="{results}" run-name="netns-{method}"'
+        netns.runs[method] = netns.submit(f'method="{method}" num-rounds=2 num-partitions=2 {extra} {where}')
     netns.runs["restart-a"] = netns.submit(RESTART.format(netns.root / "results-restart" / "a"))
     return netns
 

@@ -1,11 +1,5 @@
-"""Checkpoints, exact resume and determinism.
-
-A run "stopped after round 3 of 6" is the real ServerApp whose Flower loop
-ends after 3 rounds while its configuration still says 6: the state on disk
-is then what a killed server leaves (the checkpoint is rewritten after every
-round), and ``resume=true`` must finish it with the metrics of a run that was
-never interrupted.
-"""
+"""Checkpoints on their own: the round trip, every RNG restored, and each damaged or foreign
+checkpoint refused (runs that stop and resume are in ``tests/integration/test_resume.py``)."""
 
 from __future__ import annotations
 
@@ -94,6 +88,3 @@ def test_checkpoint_of_another_method_or_other_settings_is_refused(tmp_path):
         check_resumable(checkpoint(), resolve_run_config({"method": "fedavg", "lr": 0.5}).as_dict(), path)
     # More rounds, another device or results folder: the same computation, carried on.
     check_resumable(checkpoint(), resolve_run_config({"num-rounds": 30, "resume": True}).as_dict(), path)
-
-
-# ----- simulations -----------------------------------------------------------------------------------------------
