@@ -3,7 +3,7 @@
 Prints the final mean/worst client accuracy and seconds per round; the full
 per-round metrics and plots land in the run folder it names::
 
-    python benchmarks/cifar10_fedavg.py --data ../shared/datasets/cifar10-train.tar.gz
+    python benchmarks/cifar10_fedavg.py --data /data/cifar10-train.tar.gz
 
 The archive holds CIFAR-10's 50,000 training images; each client's share is
 split 8:1:1 into train/val/test, so accuracy is measured on held-out images

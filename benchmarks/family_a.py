@@ -3,7 +3,7 @@
 Prints one markdown table over partitions and client counts: mean / worst local
 test accuracy, bytes per round per client (up + down), seconds per round::
 
-    python benchmarks/family_a.py --data ../shared/datasets/cifar10-train.tar.gz \
+    python benchmarks/family_a.py --data /data/cifar10-train.tar.gz \
         --clients 10,100 --partitions pathological,dirichlet --rounds 10
 
 The default model is the random-init ``fedapp-tiny-clip``: without pretrained

@@ -4,7 +4,7 @@ Prints one markdown table: mean / worst / std local test accuracy, parameters
 communicated and training FLOPs until the target mean accuracy is first
 reached, and seconds per round::
 
-    python benchmarks/family_b.py --data ../shared/datasets/cifar10-train.tar.gz \
+    python benchmarks/family_b.py --data /data/cifar10-train.tar.gz \
         --clients 10 --fraction 1.0 --rounds 20
 
 Every method gets the same clients, data, rounds, local epochs, batch size and

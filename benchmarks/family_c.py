@@ -5,7 +5,7 @@ Prints a markdown table: mean and worst local test accuracy of the devices'
 own CNNs (VGG-2/3/4 cycled over devices), bytes up and down per device per
 round, and seconds per round::
 
-    python benchmarks/family_c.py --data ../shared/datasets/cifar10-train.tar.gz \
+    python benchmarks/family_c.py --data /data/cifar10-train.tar.gz \
         --alphas 0.1,10 --rounds 10
 
 ``--mlp`` adds the ablation with an MLP generator in place of attention. The

@@ -6,7 +6,7 @@ mean accuracy of the held-out clients (which never train and are evaluated
 with the global prompts, prototypes and their own label counts), rounds to the
 target accuracy, and parameters communicated::
 
-    python benchmarks/family_d.py --data ../shared/datasets/cifar10-train.tar.gz \
+    python benchmarks/family_d.py --data /data/cifar10-train.tar.gz \
         --partitions pathological,dirichlet --rounds 15
 
 The default backbone is the random-init ``fedapp-tiny-vit`` (8 blocks, 32x32

@@ -12,7 +12,7 @@ clients by Dirichlet. Three protocols, one `flwr run` per method and protocol:
 
 Then ``fedapp-report`` writes the markdown table and the figure over all runs::
 
-    python benchmarks/protocols.py --data ../shared/datasets/cifar10-train.tar.gz
+    python benchmarks/protocols.py --data /data/cifar10-train.tar.gz
     python benchmarks/protocols.py --methods fedavg,promptfl --protocols domain --rounds 3   # quicker
 
 Backbones are the random-init tiny ones by default (CPU, no downloads), so the

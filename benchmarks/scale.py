@@ -17,8 +17,8 @@ is printed beside it.
 The default settings sample 100 clients a round out of 1,000 and out of 100:
 if a round's time follows the sampled clients and not N, the two agree::
 
-    python benchmarks/scale.py --data ../shared/datasets/cifar10-train.tar.gz
-    python benchmarks/scale.py --data ../shared/datasets/cifar10-train.tar.gz --state disk
+    python benchmarks/scale.py --data /data/cifar10-train.tar.gz
+    python benchmarks/scale.py --data /data/cifar10-train.tar.gz --state disk
     python benchmarks/scale.py --smoke          # 20 clients on digits (CI); no timing is asserted
 """
 

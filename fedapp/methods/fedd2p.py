@@ -1,4 +1,5 @@
-"""FedD2P (``../shared/seeds/fedd2p.txt``): IoT CNN clients distil per-class
+"""FedD2P (*Leveraging Foundation Models for Efficient Federated Learning in Resource-Restricted
+Edge Networks*): IoT CNN clients distil per-class
 knowledge into a server-held CLIP through a linguistic-assistance prompt generator.
 
 Client side (no foundation model anywhere near it):
