@@ -25,14 +25,13 @@ from tests.system.federation import (
     flower_env,
     healthy,
     run_app,
-    run_metrics,
     wait_for,
 )
 
 
 @dataclass
 class Loopback:
-    """A running loopback federation: ``flwr run`` it through :meth:`submit` or :meth:`run`."""
+    """A running loopback federation: put ``flwr run``s in flight with :meth:`submit`."""
 
     env: dict[str, str]
     processes: Processes
@@ -45,10 +44,6 @@ class Loopback:
     def submit(self, run_config: str):
         """Put a run in flight; the future's result is the finished ``flwr run``."""
         return self.queue.submit(run_config)
-
-    def metrics(self, future, results: Path, run_name: str) -> list[dict]:
-        """A submitted run's per-round metrics, or a failure that shows every log."""
-        return run_metrics(results, run_name, future.result(), self.processes)
 
 
 @pytest.fixture(scope="session")

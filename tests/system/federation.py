@@ -30,7 +30,8 @@ BIN = Path(sys.executable).parent
 
 # Seconds between a SuperExec's polls for new ClientApp/ServerApp tasks (Flower's default is
 # 1 s; the only poll interval Flower exposes): every message waits for one poll. Not lower:
-# at 0.1 s the idle SuperLink and two SuperNodes burn a sixth of a core on polls alone.
+# idle, a SuperLink and two SuperNodes use 16% of a core at 0.1 s, 4% at 0.5 s
+# (benchmarks/poll_interval.py).
 TASK_POLL_INTERVAL = "0.5"
 
 

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +98,6 @@ class Federation:
     operator_env: dict[str, str]
     superlink_command: list[str]
     queue: RunQueue = field(init=False)
-    runs: dict[str, Future] = field(default_factory=dict)  # submitted runs, by the name a test knows them by
 
     def __post_init__(self) -> None:
         self.queue = RunQueue(self.run)

@@ -116,3 +116,13 @@ def test_protocols_benchmark_runs_leave_one_domain_out_and_reports_it(tmp_path):
     assert rows[1][7].startswith("n/a: pfedlora cannot serve a client that never trained")
     assert (results / "report.md").read_text() == markdown
     assert (results / "report.png").stat().st_size > 0
+
+
+def test_poll_interval_smoke_measures_an_idle_federation(capsys):
+    poll_interval = load_script("poll_interval")
+    [row] = poll_interval.main(["--smoke"])
+    printed = table_rows(capsys.readouterr().out)
+    assert [cells[0] for cells in printed] == ["1"]
+    assert row.interval == 1.0 and row.window == 5.0
+    # The SuperLink, both SuperNodes and their SuperExecs were found and spent some CPU, far below a core.
+    assert 0.0 < row.share_of_a_core < 1.0

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.system.federation import run_metrics
+
 VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
 D2P = 'client-models="vgg-2,vgg-3" d2p-steps=5 shots-per-class=8'
 
@@ -42,7 +44,7 @@ def runs(loopback):
 
 @pytest.mark.parametrize("method", CASES)
 def test_two_rounds_over_loopback(loopback, runs, method):
-    rows = loopback.metrics(runs[method], loopback.root / "results", method)
+    rows = run_metrics(loopback.root / "results", method, runs[method].result(), loopback.processes)
     assert [r["round"] for r in rows] == [1, 2]
     if method == "pep-fedpt":
         assert all(r["clients_fit"] == 1 and r["clients_evaluated"] == 1 and r["held_out_clients"] == 1 for r in rows)
