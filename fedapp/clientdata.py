@@ -17,6 +17,7 @@ import torch
 from fedapp.config import RunConfig
 from fedapp.data import ArrayDataset, load_source, partition_indices, sample_external_test, split_stratified
 from fedapp.data.arrays import resolve_cache_dir
+from fedapp.data.reserve import reserve_parts, subset
 from fedapp.data.tensors import to_float_tensor
 from fedapp.errors import DataError
 from fedapp.training import TensorData
@@ -100,13 +101,58 @@ def _load_cached(
 
 def load_dataset(config: RunConfig, split: str = "train", data_dir: str | None = None) -> ArrayDataset:
     """The configured source (or ``data_dir`` in its place), decoded once per process,
-    turned into ``synthetic-domains`` domains when that is set."""
+    turned into ``synthetic-domains`` domains when that is set.
+
+    With ``reserve-pretrain``/``reserve-test`` set, the configured source's train split
+    is its federated part only: the reserved images never reach a client.
+    """
     dataset, default_dir, hf_name, image_size, download, cache_dir = _source_key(config)
     source_key = (str(dataset), str(data_dir or default_dir), str(hf_name), int(image_size), bool(download))
-    synthetic = int(config["synthetic-domains"])
-    if synthetic and split == "train" and data_dir is None:
-        return _synthetic_cached(*source_key, str(cache_dir), synthetic, int(config["seed"]))
+    if split == "train" and data_dir is None:
+        synthetic = int(config["synthetic-domains"])
+        if synthetic:
+            return _synthetic_cached(*source_key, str(cache_dir), synthetic, int(config["seed"]))
+        if _reserves(config):
+            return _reserved_cached(*source_key, str(cache_dir), *_reserves(config), "federated")
     return _load_cached(*source_key, str(cache_dir), split)
+
+
+def _reserves(config: RunConfig) -> tuple[float, float, int] | None:
+    pretrain, test = float(config["reserve-pretrain"]), float(config["reserve-test"])
+    return (pretrain, test, int(config["reserve-seed"])) if pretrain or test else None
+
+
+@functools.lru_cache(maxsize=2)
+def _reserved_cached(
+    dataset: str,
+    data_dir: str,
+    hf_name: str,
+    image_size: int,
+    download: bool,
+    cache_dir: str,
+    pretrain: float,
+    test: float,
+    reserve_seed: int,
+    part: str,
+) -> ArrayDataset:
+    source = _load_cached(dataset, data_dir, hf_name, image_size, download, cache_dir, "train")
+    parts = reserve_parts(source.labels, pretrain=pretrain, test=test, seed=reserve_seed)
+    return subset(source, getattr(parts, part))
+
+
+def shared_test_pool(config: RunConfig) -> tuple[ArrayDataset, str] | None:
+    """The shared pool the clients draw their test sets from, and where it comes from:
+    the ``reserve-test`` part of the source or ``test-data-dir``; None when each client
+    tests on a split of its own data."""
+    reserves = _reserves(config)
+    if reserves and reserves[1]:
+        dataset, data_dir, hf_name, image_size, download, cache_dir = _source_key(config)
+        key = (str(dataset), str(data_dir), str(hf_name), int(image_size), bool(download), str(cache_dir))
+        return _reserved_cached(*key, *reserves, "test"), "the reserve-test part of the source"
+    external = str(config["test-data-dir"])
+    if external:
+        return load_dataset(config, split="test", data_dir=external), f"test-data-dir {external!r}"
+    return None
 
 
 @functools.lru_cache(maxsize=2)
@@ -164,16 +210,16 @@ def check_data(config: RunConfig, num_partitions: int) -> ArrayDataset:
             f"held-out-domain = {config['held-out-domain']} is not a domain of the data "
             f"(0..{source.num_domains - 1}: {', '.join(source.domain_names)})"
         )
-    if config["test-data-dir"]:
-        external = load_dataset(config, split="test", data_dir=str(config["test-data-dir"]))
-        _check_same_classes(source, external, str(config["test-data-dir"]))
+    pool = shared_test_pool(config)
+    if pool is not None:
+        _check_same_classes(source, *pool)
     return source
 
 
 def _check_same_classes(train: ArrayDataset, test: ArrayDataset, where: str) -> None:
     if train.class_names != test.class_names:
         raise DataError(
-            f"test-data-dir {where!r} has classes {list(test.class_names)[:5]}…, which differ from the "
+            f"{where} has classes {list(test.class_names)[:5]}…, which differ from the "
             f"training data's {list(train.class_names)[:5]}…"
         )
 
@@ -213,11 +259,11 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         indices = partition(config, source, num_partitions)[partition_id]
     if len(indices) == 0:
         raise DataError(f"partition {partition_id} of {num_partitions} has no samples")
-    external_dir = str(config["test-data-dir"])
-    if external_dir:
+    shared_test = shared_test_pool(config)
+    if shared_test is not None:
         split = split_stratified(indices, source.labels, LOCAL_SPLIT_EXTERNAL_TEST, seed=seed)
-        pool = load_dataset(config, split="test", data_dir=external_dir)
-        _check_same_classes(source, pool, external_dir)
+        pool, where = shared_test
+        _check_same_classes(source, pool, where)
         size = max(1, len(pool) // num_partitions)
         test_idx = sample_external_test(source.labels[split.train], pool.labels, size, seed=seed)
         test = _subset(pool, test_idx)

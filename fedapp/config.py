@@ -146,6 +146,13 @@ SCHEMA: dict[str, Key] = {
     "dataset": Key(str, "digits", "data source", choices=DATASETS),
     "data-dir": Key(str, "", "folder or .tar.gz (imagefolder) or download root (cifar)"),
     "test-data-dir": Key(str, "", "external test split; each client draws its test set from it"),
+    "reserve-pretrain": Key(
+        float, 0.0, "share of every class set aside for pretraining a backbone; the run never loads it", low=0.0
+    ),
+    "reserve-test": Key(
+        float, 0.0, "share of every class set aside as the clients' test pool (seen by no training)", low=0.0
+    ),
+    "reserve-seed": Key(int, 0, "seed of the reserve carve (shared by every run and the pretraining)", low=0),
     "hf-name": Key(str, "", "Hugging Face dataset name when dataset = hf"),
     "download": Key(bool, False, "allow torchvision to download cifar10/cifar100"),
     "image-size": Key(int, 32, "side length images are resized to", low=8, high=1024),
@@ -541,6 +548,23 @@ def _check_data_paths(v: dict[str, Scalar]) -> None:
             raise ConfigError(f"config key '{key}' = {path!r}: path does not exist")
 
 
+def _check_reserve(v: dict[str, Scalar]) -> None:
+    pretrain, test = float(v["reserve-pretrain"]), float(v["reserve-test"])
+    for key, share in (("reserve-pretrain", pretrain), ("reserve-test", test)):
+        if share >= 1.0:
+            raise ConfigError(f"config key '{key}' = {share!r} must be < 1")
+    if pretrain + test >= 1.0:
+        raise ConfigError(
+            f"config keys 'reserve-pretrain' + 'reserve-test' = {pretrain + test:g} leave no data for the clients"
+        )
+    if test and v["test-data-dir"]:
+        raise ConfigError(
+            "config keys 'reserve-test' and 'test-data-dir' both name the clients' test pool; set one of them"
+        )
+    if (pretrain or test) and (v["dataset"] == "domains" or int(v["synthetic-domains"])):
+        raise ConfigError("config keys 'reserve-pretrain'/'reserve-test' apply to single-domain sources only")
+
+
 def _check_clients(v: dict[str, Scalar]) -> None:
     if int(v["min-clients"]) > int(v["num-partitions"]):
         raise ConfigError(
@@ -601,6 +625,7 @@ _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
     _check_classes_per_client,
     _check_model,
     _check_data_paths,
+    _check_reserve,
     _check_clients,
     _check_domains,
     _check_held_out,

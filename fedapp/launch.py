@@ -29,11 +29,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
 
-from fedapp.config import APP_ROOT, load_preset, resolve_run_config
+from fedapp.config import APP_ROOT, RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
@@ -122,8 +124,29 @@ def superlink_pids(flwr_home: Path) -> list[int]:
     return [int(pid) for pid in out.stdout.split()]
 
 
+def process_tree(pids: list[int]) -> list[int]:
+    """``pids`` and all their descendants (children first found by ``ps``), parents before children.
+
+    A local SuperLink starts its SuperExec in a session of its own, and that starts the
+    simulation (and Ray) under it: stopping the SuperLink's process group alone would
+    leave the run going on.
+    """
+    out = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True, check=False)
+    children: dict[int, list[int]] = {}
+    for line in out.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and all(field.isdigit() for field in fields):
+            children.setdefault(int(fields[1]), []).append(int(fields[0]))
+    tree, frontier = list(pids), list(pids)
+    while frontier:
+        frontier = [child for parent in frontier for child in children.get(parent, []) if child not in tree]
+        tree += frontier
+    return tree
+
+
 def stop_processes(pids: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL what is left, for each PID and its process group."""
+    """SIGTERM, wait, then SIGKILL what is left, for each PID, its descendants and their process groups."""
+    pids = process_tree(pids)
     for pid in pids:
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -172,35 +195,48 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def run(
-    overrides: dict,
-    *,
-    num_clients: int | None = None,
-    cpus_per_client: int = 1,
-    gpus_per_client: float = 0.0,
-    flwr_home: Path | None = None,
-    app_dir: Path = APP_ROOT,
-    timeout: float | None = None,
-) -> Path:
-    """Run one simulation through ``flwr run`` and return its results folder.
+@dataclass(frozen=True)
+class PreparedRun:
+    """A validated run: the overrides to submit, its resolved config and its results folder."""
 
-    The configuration and the client resources are validated here first, so a
-    bad key or flag fails in a second instead of inside the SuperLink.
+    overrides: dict
+    config: RunConfig
+    run_dir: Path
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.config["num-partitions"])
+
+
+def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
+    """Validate ``overrides`` here, so a bad key fails in a second instead of inside the SuperLink.
+
+    The preset is flattened into explicit values, ``num_clients`` (if given) becomes
+    ``num-partitions``, and a relative ``results-dir`` is made absolute (the ServerApp
+    runs in another process and folder).
     """
-    check_client_resources(cpus_per_client, gpus_per_client, visible_gpus() if gpus_per_client else None)
     overrides = expand_preset(overrides)
     config = resolve_run_config(overrides)
-    num_clients = num_clients or int(config["num-partitions"])
-    if num_clients != int(config["num-partitions"]):
+    if num_clients is not None and num_clients != int(config["num-partitions"]):
         overrides = {**overrides, "num-partitions": num_clients}
         config = resolve_run_config(overrides)
     results = Path(str(config["results-dir"])).expanduser()
     if not results.is_absolute():
-        # The ServerApp runs in another process; give it an absolute path.
         results = Path.cwd() / results
         overrides = {**overrides, "results-dir": str(results)}
-    run_dir = results / config.run_name
-    own_home = flwr_home is None  # a temporary home is removed after the run; a given one is the caller's
+    return PreparedRun(overrides=overrides, config=config, run_dir=results / config.run_name)
+
+
+@contextlib.contextmanager
+def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
+    """A Flower home whose ``local`` connection runs simulations on a private local SuperLink.
+
+    Yields the environment for ``flwr`` commands. The first ``flwr run`` in it starts the
+    SuperLink; every later one reuses it (Flower's start-up is paid once). On exit the
+    SuperLink is stopped by PID and a temporary home is removed; a given ``flwr_home`` is
+    the caller's and is kept.
+    """
+    own_home = flwr_home is None
     home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).resolve()
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(LOCAL_CONNECTION_TOML)
@@ -211,33 +247,85 @@ def run(
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "FLWR_HOME": str(home),
         # A private local SuperLink: another launch (or the user's own `flwr run`)
-        # must neither receive this run nor be stopped when this one ends.
+        # must neither receive these runs nor be stopped when they end.
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
         "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_DISABLE_UPDATE_CHECK": "1",
     }
-    run_config = " ".join(f"{key}={_toml_value(value)}" for key, value in overrides.items())
-    flwr = bin_dir / "flwr"
-    command = [str(flwr) if flwr.exists() else "flwr", "run", str(app_dir), "local", "--stream"]
-    command += ["--federation-config", federation_overrides(num_clients, cpus_per_client, gpus_per_client)]
-    if run_config:
-        command += ["--run-config", run_config]
-    summary = run_dir / "summary.json"
-    started = time.time()
     try:
         with sigterm_raises_system_exit():
-            subprocess.run(command, env=env, check=True, timeout=timeout)
+            yield env
     finally:
         stop_processes(superlink_pids(home))
         if own_home:
             shutil.rmtree(home, ignore_errors=True)
+
+
+def submit(
+    prepared: PreparedRun,
+    env: dict[str, str],
+    *,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    app_dir: Path = APP_ROOT,
+    timeout: float | None = None,
+) -> Path:
+    """``flwr run --stream`` one prepared run in ``env`` (see :func:`local_federation`), wait for it
+    to end, check that it wrote all its rounds, and return its results folder.
+
+    Raises
+    ------
+    subprocess.CalledProcessError
+        If ``flwr run`` fails.
+    FedAppError
+        If the run ended without writing its summary or stopped early.
+    """
+    run_config = " ".join(f"{key}={_toml_value(value)}" for key, value in prepared.overrides.items())
+    flwr = Path(sys.executable).parent / "flwr"
+    command = [str(flwr) if flwr.exists() else "flwr", "run", str(app_dir), "local", "--stream"]
+    command += ["--federation-config", federation_overrides(prepared.num_clients, cpus_per_client, gpus_per_client)]
+    if run_config:
+        command += ["--run-config", run_config]
+    summary = prepared.run_dir / "summary.json"
+    started = time.time()
+    subprocess.run(command, env=env, check=True, timeout=timeout)
     if not summary.exists() or summary.stat().st_mtime < started:
         raise FedAppError(f"the run ended without writing {summary}; see the log above")
     rounds = json.loads(summary.read_text()).get("rounds", 0)
-    if rounds < int(config["num-rounds"]):
-        raise FedAppError(f"the run stopped after {rounds} of {config['num-rounds']} rounds; see the log above")
-    return run_dir
+    if rounds < int(prepared.config["num-rounds"]):
+        raise FedAppError(
+            f"the run stopped after {rounds} of {prepared.config['num-rounds']} rounds; see the log above"
+        )
+    return prepared.run_dir
+
+
+def run(
+    overrides: dict,
+    *,
+    num_clients: int | None = None,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    flwr_home: Path | None = None,
+    app_dir: Path = APP_ROOT,
+    timeout: float | None = None,
+) -> Path:
+    """Run one simulation through ``flwr run`` on its own local SuperLink and return its results folder.
+
+    The configuration and the client resources are validated here first, so a
+    bad key or flag fails in a second instead of inside the SuperLink.
+    """
+    check_client_resources(cpus_per_client, gpus_per_client, visible_gpus() if gpus_per_client else None)
+    prepared = prepare_run(overrides, num_clients)
+    with local_federation(flwr_home) as env:
+        return submit(
+            prepared,
+            env,
+            cpus_per_client=cpus_per_client,
+            gpus_per_client=gpus_per_client,
+            app_dir=app_dir,
+            timeout=timeout,
+        )
 
 
 def expand_preset(overrides: dict) -> dict:

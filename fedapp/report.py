@@ -40,6 +40,7 @@ MAIN_HEADER = [
     "method",
     "protocol",
     "shots",
+    "rounds",
     "mean acc",
     "worst acc",
     "std acc",
@@ -209,6 +210,8 @@ class ReportRow:
         Domain name -> mean accuracy of its evaluated clients, from the latest round that has it.
     curve_rounds, curve_acc_mean, curve_mb : tuple
         Per-round round number, mean accuracy and cumulative MB, for the figure.
+    config : Mapping[str, Any]
+        The run's ``config.yaml`` (what :func:`group_by_seed` compares).
     """
 
     run: str
@@ -233,6 +236,7 @@ class ReportRow:
     curve_rounds: tuple[int, ...] = ()
     curve_acc_mean: tuple[float, ...] = ()
     curve_mb: tuple[float, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _latest(lines: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -348,6 +352,7 @@ def load_run(run_dir: Path, target: float | None = None) -> ReportRow:
         curve_rounds=tuple(int(line["round"]) for line in lines),
         curve_acc_mean=tuple(acc),
         curve_mb=tuple(float(line["mb_cumulative"]) for line in lines),
+        config=config,
     )
 
 
@@ -378,6 +383,136 @@ def expand_run_dirs(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
+# --- seeds ---
+
+# Keys that say where and under what name a run is stored, or which seed it drew: runs that
+# differ only in these are repetitions of one setting.
+NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir"})
+
+SEED_HEADER = [
+    "setting",
+    "seeds",
+    "rounds",
+    "mean acc",
+    "worst acc",
+    "std acc",
+    "held-out / novel",
+    "bytes/round",
+    "total MB",
+    "rounds to target",
+    "s to target",
+]
+
+
+@dataclass(frozen=True)
+class SeedGroup:
+    """Runs whose configs differ only in :data:`NOT_SETTINGS` (repetitions over seeds).
+
+    Attributes
+    ----------
+    setting : str
+        The method and the keys that tell this group from the others in the report.
+    runs : tuple[ReportRow, ...]
+        The group's runs, in report order.
+    """
+
+    setting: str
+    runs: tuple[ReportRow, ...]
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(int(row.config.get("seed", 0)) for row in self.runs)
+
+
+def _setting_key(row: ReportRow) -> str:
+    if not row.config:  # an old run folder: nothing to compare, so it stands alone
+        return f"run:{row.path}"
+    settings = {key: value for key, value in row.config.items() if key not in NOT_SETTINGS}
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
+def group_by_seed(rows: Sequence[ReportRow]) -> list[SeedGroup]:
+    """Group runs that differ only in seed (and name/folder), in order of first appearance."""
+    grouped: dict[str, list[ReportRow]] = {}
+    for row in rows:
+        grouped.setdefault(_setting_key(row), []).append(row)
+    firsts = [members[0].config for members in grouped.values()]
+    varying = sorted(
+        key
+        for key in {k for config in firsts for k in config} - NOT_SETTINGS - {"method"}
+        if len({json.dumps(config.get(key), default=str) for config in firsts}) > 1
+    )
+    groups = []
+    for members in grouped.values():
+        config = members[0].config
+        label = ", ".join([members[0].method, *(f"{key}={config.get(key)}" for key in varying)])
+        groups.append(SeedGroup(setting=label if config else members[0].run, runs=tuple(members)))
+    return groups
+
+
+def mean_std(values: Sequence[float | None]) -> tuple[float, float, int] | None:
+    """Mean, sample standard deviation (n - 1; 0 for one value) and count of the finite values."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not finite:
+        return None
+    mean = sum(finite) / len(finite)
+    var = sum((v - mean) ** 2 for v in finite) / (len(finite) - 1) if len(finite) > 1 else 0.0
+    return mean, math.sqrt(var), len(finite)
+
+
+def fmt_mean_std(values: Sequence[float | None], digits: int = 4) -> str:
+    """``0.8123 ± 0.0100`` over the finite values; ``—`` when there are none."""
+    stats = mean_std(values)
+    if stats is None:
+        return MISSING
+    mean, std, count = stats
+    return f"{mean:.{digits}f}" if count == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _group_generalization(runs: Sequence[ReportRow]) -> str:
+    if any(row.novel_acc_mean is not None for row in runs):
+        return (
+            f"base {fmt_mean_std([r.acc_mean for r in runs])} / novel {fmt_mean_std([r.novel_acc_mean for r in runs])}"
+            f" / HM {fmt_mean_std([r.harmonic_mean for r in runs])}"
+        )
+    if any(row.held_out_acc_mean is not None for row in runs):
+        return f"held-out {fmt_mean_std([r.held_out_acc_mean for r in runs])}"
+    return MISSING
+
+
+def _group_to_target(runs: Sequence[ReportRow], values: Sequence[float | None], digits: int) -> str:
+    if all(row.target is None for row in runs):
+        return MISSING
+    reached = [value for value in values if value is not None]
+    if not reached:
+        return f"{NOT_REACHED} (0/{len(runs)})"
+    return f"{fmt_mean_std(reached, digits)} ({len(reached)}/{len(runs)})"
+
+
+def render_seed_table(groups: Sequence[SeedGroup]) -> str:
+    """One row per :class:`SeedGroup`: every figure of the main table as mean ± std over its seeds."""
+    body = []
+    for group in groups:
+        runs = group.runs
+        rounds = sorted({row.rounds for row in runs})
+        body.append(
+            [
+                _cell(group.setting),
+                f"{len(runs)} ({', '.join(map(str, group.seeds))})",
+                "/".join(map(str, rounds)),
+                fmt_mean_std([r.acc_mean for r in runs]),
+                fmt_mean_std([r.acc_worst for r in runs]),
+                fmt_mean_std([r.acc_std for r in runs]),
+                _cell(_group_generalization(runs)),
+                fmt_bytes(sum(r.bytes_per_round for r in runs) / len(runs)),
+                fmt_mean_std([r.total_mb for r in runs], 2),
+                _group_to_target(runs, [r.rounds_to_target for r in runs], 1),
+                _group_to_target(runs, [r.seconds_to_target for r in runs], 1),
+            ]
+        )
+    return markdown_table(SEED_HEADER, body)
+
+
 # --- the report ---
 
 
@@ -400,6 +535,7 @@ def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str
                 _cell(row.method),
                 _cell(row.protocol),
                 "all" if row.shots == 0 else str(row.shots),
+                str(row.rounds),
                 _fmt_acc(row.acc_mean),
                 _fmt_acc(row.acc_worst),
                 _fmt_acc(row.acc_std),
@@ -425,6 +561,18 @@ def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str
         "",
         markdown_table(MAIN_HEADER, body),
     ]
+
+    groups = group_by_seed(rows)
+    if any(len(group.runs) > 1 for group in groups):
+        parts += [
+            "",
+            "## Mean ± std over seeds",
+            "",
+            "Runs whose configs differ only in seed (and name or folder) form one row: mean ± sample standard "
+            "deviation over them; 'to target' columns average the runs that reached it (reached/runs).",
+            "",
+            render_seed_table(groups),
+        ]
 
     with_domains = [row for row in rows if row.domain_acc]
     if with_domains:

@@ -7,8 +7,10 @@ import os
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -192,8 +194,13 @@ def read_cached_dataset(cache_file: Path) -> ArrayDataset | None:
 
 
 def save_npz_atomically(path: Path, **arrays: np.ndarray) -> None:
-    """``np.savez`` to a temporary file beside ``path``, then renamed over it: readers
-    (other worker processes) see the old file or the whole new one, never a torn one.
+    """``np.savez`` to ``path`` through :func:`write_atomically`."""
+    write_atomically(path, lambda handle: np.savez(handle, **arrays))
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then rename it over ``path``:
+    readers (other worker processes) see the old file or the whole new one, never a torn one.
 
     Raises
     ------
@@ -204,7 +211,7 @@ def save_npz_atomically(path: Path, **arrays: np.ndarray) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
+            write(handle)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

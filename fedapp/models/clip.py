@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("flwr.fedapp")
 
 __all__ = [
+    "SHIPPED_MODELS",
+    "SMALL_CLIP",
     "TINY_CLIP",
     "TINY_CONFIG_DIR",
     "TINY_MODELS",
@@ -68,6 +70,14 @@ TINY_VIT = "fedapp-tiny-vit"
 class layers 5-7 and small enough to prompt-tune on CPU."""
 
 TINY_MODELS: tuple[str, ...] = (TINY_CLIP, TINY_CLIP_B, TINY_VIT_B, TINY_VIT)
+
+SMALL_CLIP = "fedapp-small-clip"
+"""A CLIP small enough to pretrain on 2 CPU cores (``benchmarks/pretrain_clip.py``):
+ViT image tower at 32 px (patch 8, width 192, 8 blocks), text tower of width 128 with
+4 blocks, embedding 128. Random-init until given the checkpoint the script writes."""
+
+SHIPPED_MODELS: tuple[str, ...] = (*TINY_MODELS, SMALL_CLIP)
+"""Every config in ``model_configs/``."""
 TINY_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
 
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "pure_fp16", "pure_bf16")
@@ -147,7 +157,7 @@ def register_tiny_configs() -> None:
     open_clip = _open_clip()
     # add_model_config appends to open_clip's search path unconditionally.
     if TINY_CONFIG_DIR in open_clip.factory._MODEL_CONFIG_PATHS and all(
-        name in open_clip.list_models() for name in TINY_MODELS
+        name in open_clip.list_models() for name in SHIPPED_MODELS
     ):
         return
     open_clip.add_model_config(TINY_CONFIG_DIR)
@@ -166,7 +176,7 @@ def _resolve_model_name(model_name: str) -> str:
         return name
     close = difflib.get_close_matches(name, valid, n=5, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    examples = [*TINY_MODELS, *(m for m in _COMMON_MODELS if m in valid)]
+    examples = [*SHIPPED_MODELS, *(m for m in _COMMON_MODELS if m in valid)]
     raise ModelError(
         f"unknown open_clip model {model_name!r}.{hint} Valid names include "
         f"{', '.join(examples)} ({len(valid)} in total, see open_clip.list_models())"
@@ -306,7 +316,7 @@ def load_open_clip(
     ----------
     model_name : str
         An open_clip config name (``open_clip.list_models()``) or one of
-        :data:`TINY_MODELS`.
+        :data:`SHIPPED_MODELS`.
     pretrained : str, default ""
         ``""``/``"none"`` for random init, a local checkpoint file, or an
         open_clip pretrained tag for ``model_name``.

@@ -395,3 +395,42 @@ def test_the_benchmarks_still_import_the_table_helpers_from_compare(monkeypatch)
         "1.23M",
         "5.00T",
     ]
+
+
+def test_runs_differing_only_in_seed_aggregate_to_mean_and_sample_std(tmp_path: Path) -> None:
+    runs = [
+        write_run(
+            tmp_path,
+            f"fedavg-s{seed}",
+            {**BASE_CONFIG, "seed": seed, "run-name": f"fedavg-s{seed}"},
+            curve(accs, [1000] * 3, [1.0] * 3),
+        )
+        for seed, accs in ((0, [0.5, 0.6, 0.70]), (1, [0.5, 0.65, 0.80]))
+    ]
+    other = write_run(
+        tmp_path, "fedavg-lr", {**BASE_CONFIG, "seed": 0, "alpha": 1.0}, curve([0.4, 0.5, 0.9], [1000] * 3, [1.0] * 3)
+    )
+    rows = report_rows([*runs, other], target=0.6)
+    groups = report.group_by_seed(rows)
+    assert [len(g.runs) for g in groups] == [2, 1] and groups[0].seeds == (0, 1)
+    # The label names the key that tells the groups apart.
+    assert groups[0].setting == "fedavg, alpha=0.3" and groups[1].setting == "fedavg, alpha=1.0"
+    mean, std, count = report.mean_std([r.acc_mean for r in groups[0].runs])
+    assert (count, mean) == (2, pytest.approx(0.75)) and std == pytest.approx(0.0707107, abs=1e-6)
+
+    markdown = report.render_markdown(rows)
+    seed_table = markdown.split("## Mean ± std over seeds")[1]
+    cells = [line.split("|")[1:-1] for line in seed_table.splitlines() if line.startswith("| fedavg")]
+    first = dict(zip(report.SEED_HEADER, (c.strip() for c in cells[0]), strict=True))
+    assert first["seeds"] == "2 (0, 1)" and first["rounds"] == "3"
+    assert first["mean acc"] == "0.7500 ± 0.0707"
+    # Round 2 reaches 0.6 in both seeds: two of two reached, 2.0 ± 0.0 rounds.
+    assert first["rounds to target"] == "2.0 ± 0.0 (2/2)"
+    assert dict(zip(report.SEED_HEADER, (c.strip() for c in cells[1]), strict=True))["mean acc"] == "0.9000"
+    # The main table has a rounds column.
+    assert "| rounds |" in markdown.split("## Mean")[0]
+
+
+def test_no_seed_table_when_no_setting_repeats(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "one", {**BASE_CONFIG, "seed": 0}, curve([0.5, 0.6], [10, 10], [1.0, 1.0]))
+    assert "over seeds" not in report.render_markdown(report_rows([run]))

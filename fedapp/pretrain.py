@@ -1,0 +1,377 @@
+"""Contrastive pretraining of a small open_clip model on labelled images.
+
+No pretrained weights can be downloaded on an offline machine, yet prompt
+learning and CLIP distillation only show their worth on a backbone that knows
+something. This module makes such a backbone from an image-classification
+source: every image is paired with a caption drawn from several templates
+("a photo of a {c}.", "a blurry photo of a {c}.", ...), and both towers are
+trained with a symmetric InfoNCE loss in which every pair of the same class
+counts as a positive (UniCL's reading of CLIP's loss for labelled data, Yang et
+al., 2022), so images of one class are not pushed away from each other's
+captions. Augmentation: random 4-pixel-padded crops and horizontal flips.
+
+The images are the ``pretrain`` part of :func:`fedapp.data.reserve.reserve_parts`;
+a stratified slice of it is held back for the training curve's zero-shot
+accuracy, and the final zero-shot accuracy is measured on the reserve's ``test``
+part, which no training (here or federated) ever sees. The result is a
+state-dict checkpoint that open_clip's own loader reads
+(``load_open_clip(model_name, pretrained=<path>)``).
+
+Runs are deterministic for a seed (per-epoch generators), resumable at epoch
+boundaries (``<out>.partial.pt``), and keyed by (model config, data digest,
+settings): a finished checkpoint whose key matches is reused, one whose key
+differs is never overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedapp.data.arrays import ArrayDataset, write_atomically
+from fedapp.data.reserve import reserve_parts
+from fedapp.data.splits import split_stratified
+from fedapp.errors import DataError, ModelError
+from fedapp.models.clip import LoadedClip, register_tiny_configs
+from fedapp.models.prompt import clip_image_batch, encode_images
+
+__all__ = ["CAPTION_TEMPLATES", "PretrainResult", "PretrainSettings", "pretrain_clip", "zero_shot_accuracy"]
+
+CAPTION_TEMPLATES: tuple[str, ...] = (
+    "a photo of a {c}.",
+    "a blurry photo of a {c}.",
+    "a black and white photo of a {c}.",
+    "a low contrast photo of a {c}.",
+    "a high contrast photo of a {c}.",
+    "a bad photo of a {c}.",
+    "a good photo of a {c}.",
+    "a photo of a small {c}.",
+    "a photo of a big {c}.",
+    "a photo of the {c}.",
+    "a pixelated photo of a {c}.",
+    "a cropped photo of a {c}.",
+)
+"""Caption templates, from CLIP's CIFAR-10 prompt set; zero-shot uses their ensemble."""
+
+_FORMAT = 1  # bump when the training recipe changes, so old cache keys stop matching
+_CURVE_SHARE = 0.05  # of the pretraining images, kept back for the training curve
+
+
+@dataclass(frozen=True)
+class PretrainSettings:
+    """What a pretraining run depends on besides its data (all part of its cache key)."""
+
+    model_name: str
+    epochs: int = 30
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    warmup_epochs: float = 2.0
+    reserve_pretrain: float = 0.5
+    reserve_test: float = 0.1
+    reserve_seed: int = 0
+    seed: int = 0
+    templates: tuple[str, ...] = CAPTION_TEMPLATES
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 2:
+            raise ModelError(f"epochs must be >= 1 and batch size >= 2, got {self.epochs} and {self.batch_size}")
+        if not self.templates or any("{c}" not in t for t in self.templates):
+            raise ModelError("every caption template needs a '{c}' for the class name")
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    """Where the checkpoint is and how good it is."""
+
+    checkpoint: Path
+    key: str
+    zero_shot_accuracy: float
+    curve: list[dict[str, float]]
+    cached: bool
+
+
+def data_digest(source: ArrayDataset) -> str:
+    """SHA-256 of the decoded images, labels and class names."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(source.class_names).encode())
+    digest.update(np.ascontiguousarray(source.labels, dtype=np.int64).tobytes())
+    digest.update(np.ascontiguousarray(source.images).tobytes())
+    return digest.hexdigest()
+
+
+def cache_key(settings: PretrainSettings, model_config: dict[str, Any], digest: str) -> str:
+    """Identity of a pretraining run: recipe version, model config, data and settings."""
+    payload = {"format": _FORMAT, "config": model_config, "data": digest, "settings": asdict(settings)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _class_text(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def _build(settings: PretrainSettings) -> tuple[LoadedClip, dict[str, Any]]:
+    register_tiny_configs()
+    import open_clip  # noqa: PLC0415 - only pretraining and CLIP clients need it
+
+    config = open_clip.get_model_config(settings.model_name)
+    if config is None:
+        raise ModelError(f"unknown open_clip model {settings.model_name!r}")
+    torch.manual_seed(settings.seed)
+    model, _, preprocess = open_clip.create_model_and_transforms(settings.model_name)
+    clip = LoadedClip(
+        model=model,
+        preprocess=preprocess,
+        tokenizer=open_clip.get_tokenizer(settings.model_name),
+        model_name=settings.model_name,
+        pretrained="",
+        embed_dim=int(config["embed_dim"]),
+        text_width=int(config["text_cfg"]["width"]),
+        vision_width=int(config["vision_cfg"]["width"]),
+    )
+    return clip, config
+
+
+def _augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random crops of the 4-pixel reflection-padded images, and horizontal flips."""
+    n, _, h, w = x.shape
+    padded = F.pad(x, (4, 4, 4, 4), mode="reflect")
+    offsets = torch.randint(0, 9, (n, 2), generator=generator).tolist()
+    cropped = torch.stack([padded[i, :, y : y + h, x : x + w] for i, (y, x) in enumerate(offsets)])
+    flip = torch.rand(n, generator=generator) < 0.5
+    cropped[flip] = cropped[flip].flip(-1)
+    return cropped
+
+
+def _tokens(clip: LoadedClip, class_names: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
+    """Token ids of every caption, template-major: row ``t * C + c``."""
+    captions = [t.format(c=_class_text(name)) for t in templates for name in class_names]
+    return clip.tokenizer(captions)
+
+
+def _multi_positive_loss(
+    image: torch.Tensor, text: torch.Tensor, labels: torch.Tensor, logit_scale: torch.Tensor
+) -> torch.Tensor:
+    """Symmetric InfoNCE where every same-class image/caption pair is a positive."""
+    logits = logit_scale.exp() * image @ text.T
+    same = (labels[:, None] == labels[None, :]).float()
+    targets = same / same.sum(dim=1, keepdim=True)
+    image_to_text = -(targets * logits.log_softmax(dim=1)).sum(dim=1).mean()
+    text_to_image = -(targets * logits.T.log_softmax(dim=1)).sum(dim=1).mean()
+    return (image_to_text + text_to_image) / 2
+
+
+@torch.no_grad()
+def class_text_features(
+    clip: LoadedClip, class_names: Sequence[str], templates: Sequence[str] = CAPTION_TEMPLATES
+) -> torch.Tensor:
+    """One unit vector per class: the normalised mean of its captions' features (CLIP's ensemble)."""
+    features = F.normalize(clip.model.encode_text(_tokens(clip, class_names, templates)).float(), dim=-1)
+    per_class = features.view(len(templates), len(class_names), -1).mean(dim=0)
+    return F.normalize(per_class, dim=-1)
+
+
+@torch.no_grad()
+def zero_shot_accuracy(
+    clip: LoadedClip,
+    images: np.ndarray,
+    labels: np.ndarray,
+    class_names: Sequence[str],
+    templates: Sequence[str] = CAPTION_TEMPLATES,
+) -> float:
+    """Top-1 accuracy of classifying ``images`` by their nearest class caption ensemble."""
+    if len(labels) == 0:
+        raise DataError("zero-shot accuracy needs at least one image")
+    was_training = clip.model.training
+    clip.model.eval()
+    try:
+        text = class_text_features(clip, class_names, templates)
+        predicted = (encode_images(clip, images) @ text.T).argmax(dim=1).numpy()
+    finally:
+        clip.model.train(was_training)
+    return float(np.mean(predicted == labels))
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    # Norms, biases, embeddings' class token and the logit scale are not decayed (as in open_clip's trainer).
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _lr_at(step: int, total: int, warmup: int, peak: float) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _sidecar(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + ".json")
+
+
+def _partial(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + ".partial")
+
+
+def _read_key(path: Path) -> str | None:
+    try:
+        return json.loads(path.read_text()).get("key")
+    except (OSError, ValueError):
+        return None
+
+
+def default_checkpoint(cache_dir: Path, model_name: str, key: str) -> Path:
+    """Where a checkpoint goes when no ``--out`` is given: one file per cache key."""
+    return cache_dir / "pretrained" / f"{model_name}-{key}.pt"
+
+
+def pretrain_clip(
+    source: ArrayDataset,
+    settings: PretrainSettings,
+    out: Path | None = None,
+    *,
+    cache_dir: Path | None = None,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+) -> PretrainResult:
+    """Pretrain ``settings.model_name`` on the reserve's pretraining part of ``source``.
+
+    Parameters
+    ----------
+    source : ArrayDataset
+        The whole source (all of CIFAR-10's 50,000 training images, say); the
+        carve of ``settings.reserve_*`` picks what this run trains and tests on.
+    settings : PretrainSettings
+        Model, schedule and carve.
+    out : Path, optional
+        Checkpoint path; default :func:`default_checkpoint` under ``cache_dir``.
+        A ``<out>.json`` beside it records the key, the zero-shot accuracy and the
+        curve; ``<out>.partial`` holds the state between epochs until the run ends.
+    cache_dir : Path, optional
+        Needed when ``out`` is not given.
+    on_epoch : callable, optional
+        Called after every epoch with that epoch's row of the curve (progress).
+
+    Returns
+    -------
+    PretrainResult
+        The checkpoint, its key, its zero-shot accuracy on the reserve's test part,
+        the curve, and whether it was already there.
+
+    Raises
+    ------
+    ModelError
+        If ``out`` (or its partial state) exists but came from other settings or data.
+    DataError
+        If the carve leaves a class without pretraining images.
+    """
+    clip, model_config = _build(settings)
+    key = cache_key(settings, model_config, data_digest(source))
+    if out is None:
+        if cache_dir is None:
+            raise ModelError("pretrain_clip needs an output path or a cache folder")
+        out = default_checkpoint(cache_dir, settings.model_name, key)
+    out = Path(out)
+    if out.exists():
+        if _read_key(_sidecar(out)) != key:
+            raise ModelError(
+                f"{out} exists but was not made from these settings and data (no {_sidecar(out).name} with key "
+                f"{key}); it is left as it is: pass another --out"
+            )
+        meta = json.loads(_sidecar(out).read_text())
+        return PretrainResult(out, key, float(meta["zero_shot_accuracy"]), meta["curve"], cached=True)
+
+    parts = reserve_parts(
+        source.labels, pretrain=settings.reserve_pretrain, test=settings.reserve_test, seed=settings.reserve_seed
+    )
+    if len(np.unique(source.labels[parts.pretrain])) < source.num_classes:
+        raise DataError("reserve-pretrain leaves a class without pretraining images; reserve a larger share")
+    held = split_stratified(parts.pretrain, source.labels, (1 - _CURVE_SHARE, _CURVE_SHARE, 0.0), seed=settings.seed)
+    train_idx, curve_idx = held.train, held.val
+    tokens = _tokens(clip, source.class_names, settings.templates)
+    model = clip.model
+    optimizer = torch.optim.AdamW(_param_groups(model, settings.weight_decay), lr=settings.lr)
+    steps_per_epoch = math.ceil(len(train_idx) / settings.batch_size)
+    total_steps = steps_per_epoch * settings.epochs
+    warmup = max(1, round(settings.warmup_epochs * steps_per_epoch))
+    curve: list[dict[str, float]] = []
+    first_epoch = 0
+    partial = _partial(out)
+    if partial.exists():
+        state = torch.load(partial, weights_only=False)
+        if state.get("key") != key:
+            raise ModelError(f"{partial} holds an unfinished run of other settings; remove it or pass another --out")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        curve, first_epoch = state["curve"], int(state["epoch"]) + 1
+
+    num_classes = source.num_classes
+    started = time.perf_counter()
+    for epoch in range(first_epoch, settings.epochs):
+        model.train()
+        rng = np.random.default_rng([settings.seed, epoch])
+        generator = torch.Generator().manual_seed(settings.seed * 100_003 + epoch)
+        order = rng.permutation(train_idx)
+        losses = []
+        for step, start in enumerate(range(0, len(order), settings.batch_size)):
+            batch = np.sort(order[start : start + settings.batch_size])
+            if len(batch) < 2:
+                continue
+            for group in optimizer.param_groups:
+                group["lr"] = _lr_at(epoch * steps_per_epoch + step, total_steps, warmup, settings.lr)
+            labels = torch.as_tensor(source.labels[batch])
+            captions = rng.integers(len(settings.templates), size=len(batch)) * num_classes + labels.numpy()
+            unique, inverse = np.unique(captions, return_inverse=True)
+            images = _augment(clip_image_batch(source.images[batch], clip), generator)
+            image_features = F.normalize(model.encode_image(images), dim=-1)
+            text_features = F.normalize(model.encode_text(tokens[torch.as_tensor(unique)]), dim=-1)
+            loss = _multi_positive_loss(
+                image_features, text_features[torch.as_tensor(inverse)], labels, model.logit_scale
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                model.logit_scale.clamp_(0, math.log(100))
+            losses.append(float(loss.detach()))
+        row = {
+            "epoch": epoch + 1,
+            "loss": float(np.mean(losses)),
+            "curve_zero_shot": zero_shot_accuracy(
+                clip, source.images[curve_idx], source.labels[curve_idx], source.class_names, settings.templates
+            ),
+            "seconds": time.perf_counter() - started,
+        }
+        curve.append(row)
+        state = {"key": key, "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        write_atomically(partial, lambda handle, state=state: torch.save({**state, "curve": curve}, handle))
+        if on_epoch is not None:
+            on_epoch(row)
+
+    accuracy = zero_shot_accuracy(
+        clip, source.images[parts.test], source.labels[parts.test], source.class_names, settings.templates
+    )
+    state_dict = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    write_atomically(out, lambda handle: torch.save({"state_dict": state_dict}, handle))
+    meta = {
+        "key": key,
+        "model_name": settings.model_name,
+        "settings": asdict(settings),
+        "model_config": model_config,
+        "data": {"images": len(source), "pretrain": len(train_idx), "curve": len(curve_idx), "test": len(parts.test)},
+        "zero_shot_accuracy": accuracy,
+        "curve": curve,
+    }
+    write_atomically(_sidecar(out), lambda handle: handle.write(json.dumps(meta, indent=2).encode()))
+    partial.unlink(missing_ok=True)
+    return PretrainResult(out, key, accuracy, curve, cached=False)

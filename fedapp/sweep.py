@@ -1,0 +1,271 @@
+"""Run a grid of simulations (methods x settings x seeds) on one local SuperLink, resumably.
+
+    python -m fedapp.sweep --preset conf/sdfed-digits.yaml --methods sdfed,promptfl --seeds 0,1,2 \\
+        --grid 'partition=["pathological","dirichlet"]' --run-config 'num-rounds=5' --results-dir results/sweep-a
+
+Every run gets its own folder in ``--results-dir``, named by its method, its grid
+values, a digest of all its other settings and its seed
+(``sdfed-partitionpathological-3f2a9c-s0``), so two runs never share a folder and
+repetitions over seeds share everything but the ``-s<seed>`` tail. Every run is
+validated before the first one starts. All runs go to one local SuperLink in a
+temporary Flower home (Flower's start-up is paid once), one after another, and the
+SuperLink is stopped when the sweep ends.
+
+Started again, a sweep skips finished runs, resumes a run that has a checkpoint
+(``resume=true``), and moves an earlier attempt that left no checkpoint aside
+(``<name>.incomplete-<n>``) instead of writing over it. A failing run is reported
+and the sweep goes on. At the end ``report.md`` and ``report.png`` in the results
+folder tabulate the finished runs, with mean ± std over seeds (``fedapp-report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from fedapp.errors import ConfigError, FedAppError
+from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
+from fedapp.report import NOT_SETTINGS, expand_run_dirs, write_report
+
+__all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One point of the grid, validated: its folder name and its prepared run."""
+
+    name: str
+    prepared: PreparedRun
+
+
+def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
+    """``['lr=[0.01, 0.03]', 'partition="iid"']`` -> ``{'lr': [0.01, 0.03], 'partition': ['iid']}``.
+
+    Each item is ``key=<TOML value>``; an array gives the axis' values, anything else one value.
+
+    Raises
+    ------
+    ConfigError
+        For an item that is not ``key=value``, a value that is not TOML, an empty
+        array, or a key given twice.
+    """
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--grid {item!r} is not key=value (e.g. 'lr=[0.01, 0.03]')")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"--grid {item!r}: {raw.strip()!r} is not a TOML value or array ({err})") from err
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ConfigError(f"--grid {item!r} gives no values")
+        if key in grid:
+            raise ConfigError(f"--grid names {key!r} twice; give all its values in one array")
+        grid[key] = values
+    return grid
+
+
+def _slug(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_")[:40] or "_"
+
+
+def _settings_digest(config: dict[str, Any]) -> str:
+    settings = {key: value for key, value in config.items() if key not in NOT_SETTINGS}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
+
+
+def plan_sweep(
+    base: dict[str, Any],
+    *,
+    methods: Sequence[str] = (),
+    seeds: Sequence[int] = (0,),
+    grid: dict[str, list[Any]] | None = None,
+    results_dir: Path,
+) -> list[SweepRun]:
+    """Every run of the grid, validated, in order (method, then grid values, then seed).
+
+    Parameters
+    ----------
+    base : dict
+        Run-config overrides shared by every run (``preset`` included).
+    methods : Sequence[str]
+        Methods to run; empty: the one ``base`` (or its preset) names.
+    seeds : Sequence[int]
+        Seeds every setting runs with.
+    grid : dict[str, list], optional
+        Further axes: key -> values (see :func:`parse_grid`).
+    results_dir : Path
+        Where the run folders go.
+
+    Raises
+    ------
+    ConfigError
+        If any run's configuration is invalid (naming the run), or a key is both
+        an axis and set by the flags that own it.
+    """
+    grid = dict(grid or {})
+    for owned in ("method", "seed", "run-name", "results-dir"):
+        if owned in grid:
+            raise ConfigError(f"--grid {owned}=...: set {owned!r} with its own flag, not as a grid axis")
+    if not seeds:
+        raise ConfigError("--seeds gives no seed")
+    axes = list(grid)
+    runs: list[SweepRun] = []
+    for method in methods or [None]:
+        for values in itertools.product(*(grid[key] for key in axes)):
+            point = dict(zip(axes, values, strict=True))
+            for seed in seeds:
+                overrides = {**base, **point, "seed": int(seed), "results-dir": str(Path(results_dir).resolve())}
+                if method is not None:
+                    overrides["method"] = method
+                label = ", ".join(
+                    f"{k}={v}" for k, v in {"method": method, **point, "seed": seed}.items() if v is not None
+                )
+                try:
+                    prepared = prepare_run(overrides)
+                except ConfigError as err:
+                    raise ConfigError(f"sweep run ({label}): {err}") from err
+                config = prepared.config.as_dict()
+                name = "-".join(
+                    [str(config["method"])]
+                    + [f"{key}{_slug(value)}" for key, value in point.items()]
+                    + [_settings_digest(config), f"s{seed}"]
+                )
+                prepared = prepare_run({**prepared.overrides, "run-name": name})
+                runs.append(SweepRun(name=name, prepared=prepared))
+    return runs
+
+
+def _finished(run: SweepRun) -> bool:
+    summary = run.prepared.run_dir / "summary.json"
+    try:
+        rounds = int(json.loads(summary.read_text()).get("rounds", 0))
+    except (OSError, ValueError):
+        return False
+    return rounds >= int(run.prepared.config["num-rounds"])
+
+
+def _set_aside(run_dir: Path) -> Path:
+    for attempt in itertools.count(1):
+        target = run_dir.with_name(f"{run_dir.name}.incomplete-{attempt}")
+        if not target.exists():
+            run_dir.rename(target)
+            return target
+    raise AssertionError("unreachable")
+
+
+def run_sweep(
+    runs: Sequence[SweepRun], *, cpus_per_client: int = 1, timeout: float | None = None
+) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Run what is not finished yet on one local SuperLink.
+
+    Returns
+    -------
+    tuple[list[Path], list[tuple[str, str]]]
+        The folders of the finished runs (skipped ones included), and ``(name, error)``
+        for every run that failed.
+    """
+    finished: list[Path] = []
+    failed: list[tuple[str, str]] = []
+    pending = []
+    for run in runs:
+        if _finished(run):
+            print(f"[sweep] {run.name}: finished before, skipped", flush=True)
+            finished.append(run.prepared.run_dir)
+        else:
+            pending.append(run)
+    if not pending:
+        return finished, failed
+    with local_federation() as env:
+        for number, run in enumerate(pending, start=1):
+            prepared = run.prepared
+            if (prepared.run_dir / "checkpoint.npz").is_file():
+                prepared = prepare_run({**prepared.overrides, "resume": True})
+                how = "resuming from its checkpoint"
+            elif prepared.run_dir.exists():
+                how = f"starting again (the earlier attempt moved to {_set_aside(prepared.run_dir).name})"
+            else:
+                how = "starting"
+            print(f"[sweep] run {number}/{len(pending)} {run.name}: {how}", flush=True)
+            started = time.perf_counter()
+            try:
+                finished.append(submit(prepared, env, cpus_per_client=cpus_per_client, timeout=timeout))
+            except (FedAppError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as err:
+                failed.append((run.name, str(err)))
+                print(f"[sweep] {run.name} failed: {err}", flush=True)
+                continue
+            print(f"[sweep] {run.name}: done in {time.perf_counter() - started:.0f} s", flush=True)
+    return finished, failed
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",") if item.strip()]
+    except ValueError as err:
+        raise ConfigError(f"{flag} {text!r} is not a comma list of integers") from err
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results-dir", type=Path, required=True, help="folder of the sweep's run folders")
+    parser.add_argument("--preset", help="YAML preset every run starts from")
+    parser.add_argument("--methods", default="", help="comma list (default: the preset's or config's method)")
+    parser.add_argument("--seeds", default="0", help="comma list of seeds (default 0)")
+    parser.add_argument("--grid", action="append", default=[], help="an axis: 'key=[v1, v2]' (repeatable)")
+    parser.add_argument("--run-config", action="append", default=[], help="Flower-style 'key=value ...' for all runs")
+    parser.add_argument("--cpus-per-client", type=int, default=1)
+    parser.add_argument("--timeout", type=float, help="seconds one run may take before it is stopped")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    args = parser.parse_args(argv)
+    try:
+        check_client_resources(args.cpus_per_client, 0.0)
+        base = parse_overrides(args.run_config)
+        for owned in ("run-name", "results-dir", "seed", "method"):
+            if owned in base and (owned != "method" or args.methods):
+                raise ConfigError(f"--run-config sets {owned!r}, which the sweep sets for every run; drop it")
+        if args.preset:
+            base["preset"] = args.preset
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        runs = plan_sweep(
+            base,
+            methods=methods,
+            seeds=_int_list(args.seeds, "--seeds"),
+            grid=parse_grid(args.grid),
+            results_dir=args.results_dir,
+        )
+    except FedAppError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"[sweep] {len(runs)} runs into {args.results_dir.resolve()}", flush=True)
+    if args.dry_run:
+        for run in runs:
+            print(run.name)
+        return 0
+    finished, failed = run_sweep(runs, cpus_per_client=args.cpus_per_client, timeout=args.timeout)
+    if finished:
+        out = args.results_dir / "report.md"
+        write_report(expand_run_dirs(finished), out, args.results_dir / "report.png", None)
+        print(f"[sweep] {len(finished)} of {len(runs)} runs finished; report: {out}")
+    for name, error in failed:
+        print(f"[sweep] FAILED {name}: {error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Contrastive pretraining: a tiny config on generated images, loaded back through open_clip."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fedapp.data.arrays import ArrayDataset
+from fedapp.errors import ModelError
+from fedapp.models.clip import TINY_CLIP, clear_clip_cache, load_open_clip
+from fedapp.pretrain import PretrainResult, PretrainSettings, default_checkpoint, pretrain_clip, zero_shot_accuracy
+
+CLASSES = ("red thing", "green thing", "blue thing")
+
+
+def _coloured_images(per_class: int = 30) -> ArrayDataset:
+    rng = np.random.default_rng(0)
+    images, labels = [], []
+    for cls in range(len(CLASSES)):
+        batch = rng.integers(0, 80, (per_class, 32, 32, 3), dtype=np.uint8)
+        batch[..., cls] += 150
+        images.append(batch)
+        labels += [cls] * per_class
+    return ArrayDataset(images=np.concatenate(images), labels=np.array(labels, dtype=np.int64), class_names=CLASSES)
+
+
+SETTINGS = PretrainSettings(
+    model_name=TINY_CLIP, epochs=2, batch_size=8, lr=2e-3, warmup_epochs=0.5, reserve_pretrain=0.6, reserve_test=0.2
+)
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[ArrayDataset, PretrainResult]:
+    source = _coloured_images()
+    return source, pretrain_clip(source, SETTINGS, tmp_path_factory.mktemp("pretrain") / "clip.pt")
+
+
+def test_pretrained_checkpoint_loads_through_open_clip_and_beats_random_init(finished) -> None:
+    source, result = finished
+    assert not result.cached and [row["epoch"] for row in result.curve] == [1, 2]
+    assert result.curve[-1]["loss"] < result.curve[0]["loss"]
+    meta = json.loads(result.checkpoint.with_name("clip.pt.json").read_text())
+    assert meta["key"] == result.key and meta["data"]["test"] == 18
+    assert meta["zero_shot_accuracy"] == result.zero_shot_accuracy
+    assert not result.checkpoint.with_name("clip.pt.partial").exists()
+
+    clear_clip_cache()
+    loaded = load_open_clip(TINY_CLIP, pretrained=str(result.checkpoint))
+    saved = torch.load(result.checkpoint, weights_only=True)["state_dict"]
+    for name, tensor in loaded.model.state_dict().items():
+        torch.testing.assert_close(tensor, saved[name], msg=name)
+    random_init = load_open_clip(TINY_CLIP)
+    images, labels = source.images, source.labels
+    assert (
+        zero_shot_accuracy(loaded, images, labels, CLASSES)
+        > 0.9
+        > zero_shot_accuracy(random_init, images, labels, CLASSES)
+    )
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights_and_a_finished_one_is_reused(finished, tmp_path: Path) -> None:
+    source, straight = finished
+
+    def stop_after_first(row: dict[str, float]) -> None:
+        if row["epoch"] == 1:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        pretrain_clip(source, SETTINGS, tmp_path / "resumed.pt", on_epoch=stop_after_first)
+    assert (tmp_path / "resumed.pt.partial").exists() and not (tmp_path / "resumed.pt").exists()
+    epochs_run: list[float] = []
+    resumed = pretrain_clip(
+        source, SETTINGS, tmp_path / "resumed.pt", on_epoch=lambda row: epochs_run.append(row["epoch"])
+    )
+    assert epochs_run == [2] and resumed.key == straight.key
+    a = torch.load(straight.checkpoint, weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "resumed.pt", weights_only=True)["state_dict"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], msg=name)
+
+    again = pretrain_clip(source, SETTINGS, straight.checkpoint, on_epoch=lambda row: pytest.fail("retrained"))
+    assert again.cached and again.zero_shot_accuracy == straight.zero_shot_accuracy
+
+
+def test_a_checkpoint_from_other_settings_is_never_overwritten(finished, tmp_path: Path) -> None:
+    source, result = finished
+    before = result.checkpoint.read_bytes()
+    other = PretrainSettings(**{**SETTINGS.__dict__, "seed": 1})
+    with pytest.raises(ModelError, match="not made from these settings"):
+        pretrain_clip(source, other, result.checkpoint, on_epoch=lambda row: pytest.fail("trained"))
+    assert result.checkpoint.read_bytes() == before
+
+    # Without --out, the checkpoint's place is a function of its key: a second call finds it.
+    default = default_checkpoint(tmp_path, TINY_CLIP, result.key)
+    default.parent.mkdir(parents=True)
+    for suffix in ("", ".json"):
+        shutil.copy(f"{result.checkpoint}{suffix}", f"{default}{suffix}")
+    assert pretrain_clip(source, SETTINGS, cache_dir=tmp_path).checkpoint == default

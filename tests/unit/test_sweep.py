@@ -1,0 +1,55 @@
+"""fedapp.sweep's plan: grid parsing, one validated folder per run, names that never collide."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedapp.errors import ConfigError
+from fedapp.sweep import main, parse_grid, plan_sweep
+
+
+def test_grid_items_are_toml_values_or_arrays() -> None:
+    assert parse_grid(["lr=[0.01, 0.03]", 'partition="iid"']) == {"lr": [0.01, 0.03], "partition": ["iid"]}
+    for bad, message in (("lr", "not key=value"), ("lr=[", "not a TOML value"), ("lr=[]", "no values")):
+        with pytest.raises(ConfigError, match=message):
+            parse_grid([bad])
+    with pytest.raises(ConfigError, match="twice"):
+        parse_grid(["lr=0.1", "lr=0.2"])
+
+
+def test_plan_gives_every_run_its_own_folder_and_seeds_share_a_digest(tmp_path: Path) -> None:
+    runs = plan_sweep(
+        {"num-rounds": 2},
+        methods=["fedavg", "standalone"],
+        seeds=[0, 1],
+        grid={"lr": [0.01, 0.03]},
+        results_dir=tmp_path,
+    )
+    assert len(runs) == 8 and len({run.name for run in runs}) == 8
+    assert runs[0].name.startswith("fedavg-lr0.01-") and runs[0].name.endswith("-s0")
+    assert runs[0].name[:-3] == runs[1].name[:-3]  # same setting, other seed
+    assert all(run.prepared.run_dir == tmp_path.resolve() / run.name for run in runs)
+    assert [run.prepared.config["seed"] for run in runs[:2]] == [0, 1]
+    # A setting outside the grid (here num-rounds) is in the digest: another sweep cannot reuse the folder.
+    other = plan_sweep({"num-rounds": 3}, methods=["fedavg"], seeds=[0], grid={"lr": [0.01]}, results_dir=tmp_path)
+    assert other[0].name != runs[0].name
+
+
+def test_every_run_is_validated_before_any_starts(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"sweep run \(method=fedavg, alpha=-1.0, seed=0\).*'alpha'"):
+        plan_sweep({}, methods=["fedavg"], seeds=[0], grid={"alpha": [0.5, -1.0]}, results_dir=tmp_path)
+    with pytest.raises(ConfigError, match="own flag"):
+        plan_sweep({}, seeds=[0], grid={"seed": [1, 2]}, results_dir=tmp_path)
+
+
+def test_cli_refuses_bad_input_in_one_line_and_dry_run_lists_the_plan(tmp_path: Path, capsys) -> None:
+    assert main(["--results-dir", str(tmp_path), "--grid", "lr=["]) == 2
+    assert "not a TOML value" in capsys.readouterr().err
+    assert main(["--results-dir", str(tmp_path), "--run-config", "seed=3", "--seeds", "0,1"]) == 2
+    assert "sets 'seed'" in capsys.readouterr().err
+    assert main(["--results-dir", str(tmp_path), "--methods", "fedavg", "--seeds", "0,1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs" in out and out.count("fedavg-") == 2
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
