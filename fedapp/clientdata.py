@@ -14,17 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedapp.config import RunConfig
+from fedapp.config import RunConfig, parse_local_split
 from fedapp.data import ArrayDataset, load_source, partition_indices, sample_external_test, split_stratified
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.data.reserve import reserve_parts, subset
 from fedapp.data.tensors import to_float_tensor
 from fedapp.errors import DataError
 from fedapp.training import TensorData
-
-LOCAL_SPLIT = (0.8, 0.1, 0.1)
-# With an external test split, the client's own data only feeds train and val.
-LOCAL_SPLIT_EXTERNAL_TEST = (0.9, 0.1, 0.0)
 
 
 @dataclass(eq=False)
@@ -259,16 +255,18 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         indices = partition(config, source, num_partitions)[partition_id]
     if len(indices) == 0:
         raise DataError(f"partition {partition_id} of {num_partitions} has no samples")
+    train_share, val_share, test_share = parse_local_split(str(config["local-split"]))
     shared_test = shared_test_pool(config)
     if shared_test is not None:
-        split = split_stratified(indices, source.labels, LOCAL_SPLIT_EXTERNAL_TEST, seed=seed)
+        # With a shared test pool, the client's own data only feeds train and val.
+        split = split_stratified(indices, source.labels, (train_share + test_share, val_share, 0.0), seed=seed)
         pool, where = shared_test
         _check_same_classes(source, pool, where)
         size = max(1, len(pool) // num_partitions)
         test_idx = sample_external_test(source.labels[split.train], pool.labels, size, seed=seed)
         test = _subset(pool, test_idx)
     else:
-        split = split_stratified(indices, source.labels, LOCAL_SPLIT, seed=seed)
+        split = split_stratified(indices, source.labels, (train_share, val_share, test_share), seed=seed)
         test = _subset(source, split.test)
     class_names, novel_names = source.class_names, ()
     train, val, novel_test = split.train, split.val, None

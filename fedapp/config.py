@@ -146,6 +146,9 @@ SCHEMA: dict[str, Key] = {
     "dataset": Key(str, "digits", "data source", choices=DATASETS),
     "data-dir": Key(str, "", "folder or .tar.gz (imagefolder) or download root (cifar)"),
     "test-data-dir": Key(str, "", "external test split; each client draws its test set from it"),
+    "local-split": Key(
+        str, "0.8,0.1,0.1", "each client's train,val,test shares (with a shared test pool its test share trains)"
+    ),
     "reserve-pretrain": Key(
         float, 0.0, "share of every class set aside for pretraining a backbone; the run never loads it", low=0.0
     ),
@@ -548,7 +551,22 @@ def _check_data_paths(v: dict[str, Scalar]) -> None:
             raise ConfigError(f"config key '{key}' = {path!r}: path does not exist")
 
 
+def parse_local_split(text: str) -> tuple[float, float, float]:
+    """``"0.75,0,0.25"`` -> ``(0.75, 0.0, 0.25)``: three shares in [0, 1] summing to 1, train above 0."""
+    items = [item.strip() for item in str(text).split(",")]
+    try:
+        shares = tuple(float(item) for item in items)
+    except ValueError:
+        shares = ()
+    if len(shares) != 3 or not all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in shares):
+        raise ConfigError(f"config key 'local-split' = {text!r} must be three shares train,val,test (e.g. 0.8,0.1,0.1)")
+    if abs(sum(shares) - 1.0) > 1e-6 or shares[0] <= 0.0:
+        raise ConfigError(f"config key 'local-split' = {text!r} must sum to 1 with a positive train share")
+    return shares  # type: ignore[return-value]
+
+
 def _check_reserve(v: dict[str, Scalar]) -> None:
+    parse_local_split(str(v["local-split"]))
     pretrain, test = float(v["reserve-pretrain"]), float(v["reserve-test"])
     for key, share in (("reserve-pretrain", pretrain), ("reserve-test", test)):
         if share >= 1.0:

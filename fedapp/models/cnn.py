@@ -2,8 +2,11 @@
 
 ``cnn-1`` .. ``cnn-5`` are the five heterogeneous CNNs of pFedLoRA; they differ
 only in the second conv's width and the first fully connected layer, and all
-share a 500-d representation before the classifier. ``vgg-2`` .. ``vgg-4`` are
-the small VGG-block CNNs used as FedD2P clients.
+share a 500-d representation before the classifier. ``fedavg-cnn`` is the CIFAR
+CNN of the FedAvg paper (McMahan et al., 2017) as other FL libraries publish it
+(two unpadded 5x5 convs with 32 and 64 channels, each max-pooled, a 512-unit
+hidden layer): the same family of layers, so it is a config here too.
+``vgg-2`` .. ``vgg-4`` are the small VGG-block CNNs used as FedD2P clients.
 
 Every model exposes ``features(x)`` (the representation methods attach
 adapters or prototypes to), ``head`` (the final ``nn.Linear``), ``feature_dim``
@@ -33,24 +36,30 @@ __all__ = [
 
 # Shared by every cnn-* model so that representations are comparable across clients.
 CNN_FEATURE_DIM = 500
-_CONV1_CHANNELS = 16
 _KERNEL = 5
 
 
 @dataclass(frozen=True)
 class CNNConfig:
-    """Architecture of one pFedLoRA CNN.
+    """Architecture of one two-conv CNN (pFedLoRA's family, FedAvg's CIFAR CNN).
 
     Parameters
     ----------
     conv2_channels : int
         Output channels of the second 5x5 convolution.
     fc1_out : int
-        Output width of the first fully connected layer (input of FC2).
+        Output width of the first fully connected layer.
+    conv1_channels : int
+        Output channels of the first 5x5 convolution.
+    representation : int or None
+        Width of FC2, the representation before the head; None: no FC2, the
+        ReLU of FC1 is the representation.
     """
 
     conv2_channels: int
     fc1_out: int
+    conv1_channels: int = 16
+    representation: int | None = CNN_FEATURE_DIM
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ CNN_CONFIGS: dict[str, CNNConfig] = {
     "cnn-3": CNNConfig(conv2_channels=32, fc1_out=1000),
     "cnn-4": CNNConfig(conv2_channels=32, fc1_out=800),
     "cnn-5": CNNConfig(conv2_channels=32, fc1_out=500),
+    "fedavg-cnn": CNNConfig(conv2_channels=64, fc1_out=512, conv1_channels=32, representation=None),
 }
 
 _VGG_CHANNELS = (32, 64, 128, 256)
@@ -112,10 +122,10 @@ def cnn_spatial_size(image_size: int) -> int:
 
 
 class HeteroCNN(nn.Module):
-    """One of the five heterogeneous pFedLoRA CNNs.
+    """One of the two-conv CNNs of :data:`CNN_CONFIGS`.
 
-    Conv(in->16, 5x5) -> ReLU -> MaxPool2 -> Conv(16->c2, 5x5) -> ReLU ->
-    MaxPool2 -> flatten -> FC1 -> ReLU -> FC2(->500) -> ReLU -> head.
+    Conv(in->c1, 5x5) -> ReLU -> MaxPool2 -> Conv(c1->c2, 5x5) -> ReLU ->
+    MaxPool2 -> flatten -> FC1 -> ReLU [-> FC2(->500) -> ReLU] -> head.
 
     Parameters
     ----------
@@ -149,16 +159,16 @@ class HeteroCNN(nn.Module):
         if side < 1:
             raise ModelError(f"image_size {image_size} is too small for a cnn-* model (needs >= 16)")
         self.config = config
-        self.feature_dim = CNN_FEATURE_DIM
-        self.conv1 = nn.Conv2d(in_channels, _CONV1_CHANNELS, _KERNEL)
-        self.conv2 = nn.Conv2d(_CONV1_CHANNELS, config.conv2_channels, _KERNEL)
+        self.feature_dim = config.representation or config.fc1_out
+        self.conv1 = nn.Conv2d(in_channels, config.conv1_channels, _KERNEL)
+        self.conv2 = nn.Conv2d(config.conv1_channels, config.conv2_channels, _KERNEL)
         self.pool = nn.MaxPool2d(2)
         self.fc1 = nn.Linear(config.conv2_channels * side * side, config.fc1_out)
-        self.fc2 = nn.Linear(config.fc1_out, CNN_FEATURE_DIM)
-        self.head = nn.Linear(CNN_FEATURE_DIM, num_classes)
+        self.fc2 = nn.Linear(config.fc1_out, config.representation) if config.representation else None
+        self.head = nn.Linear(self.feature_dim, num_classes)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Return the 500-d representation ``ReLU(FC2(...))``.
+        """Return the representation: ``ReLU(FC2(...))`` (500-d), or ``ReLU(FC1(...))`` without FC2.
 
         Parameters
         ----------
@@ -168,13 +178,13 @@ class HeteroCNN(nn.Module):
         Returns
         -------
         torch.Tensor
-            Shape ``(B, 500)``.
+            Shape ``(B, feature_dim)``.
         """
         x = self.pool(torch.relu(self.conv1(x)))
         x = self.pool(torch.relu(self.conv2(x)))
         x = torch.flatten(x, 1)
         x = torch.relu(self.fc1(x))
-        return torch.relu(self.fc2(x))
+        return torch.relu(self.fc2(x)) if self.fc2 is not None else x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return class logits ``head(features(x))``, shape ``(B, num_classes)``."""

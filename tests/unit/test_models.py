@@ -62,7 +62,7 @@ def no_download(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_zoo_lists_all_models() -> None:
-    expected = {"cnn-1", "cnn-2", "cnn-3", "cnn-4", "cnn-5", "vgg-2", "vgg-3", "vgg-4"}
+    expected = {"cnn-1", "cnn-2", "cnn-3", "cnn-4", "cnn-5", "fedavg-cnn", "vgg-2", "vgg-3", "vgg-4"}
     assert set(MODEL_NAMES) == expected == set(ZOO)
 
 
@@ -113,6 +113,16 @@ def test_cnn_family_matches_table_and_is_heterogeneous() -> None:
     # cnn-1 by hand: conv1 + conv2 + fc1 + fc2 + fc3.
     by_hand = (3 * 16 * 25 + 16) + (16 * 32 * 25 + 32) + (800 * 2000 + 2000) + (2000 * 500 + 500) + (500 * 10 + 10)
     assert counts["cnn-1"] == by_hand
+
+
+def test_fedavg_cnn_is_the_fedavg_papers_cifar_cnn() -> None:
+    model = build_model("fedavg-cnn", 10)
+    # Two unpadded 5x5 convs (32, 64 channels), each max-pooled: 32 -> 28 -> 14 -> 10 -> 5; FC 1600 -> 512 -> 10.
+    by_hand = (3 * 32 * 25 + 32) + (32 * 64 * 25 + 64) + (1600 * 512 + 512) + (512 * 10 + 10)
+    assert count_parameters(model) == by_hand == 878_538
+    assert model.feature_dim == 512 and model.fc2 is None
+    x = torch.randn(4, 3, 32, 32)
+    assert model.features(x).shape == (4, 512) and torch.equal(model(x), model.head(model.features(x)))
 
 
 def test_vgg_feature_dims_and_blocks() -> None:

@@ -94,3 +94,14 @@ def test_reserve_test_and_test_data_dir_cannot_both_be_set(tmp_path: Path) -> No
         )
     with pytest.raises(ConfigError, match="leave no data"):
         resolve_run_config({"reserve-pretrain": 0.7, "reserve-test": 0.3})
+
+
+def test_local_split_sets_each_clients_train_val_test_shares() -> None:
+    config = resolve_run_config({"local-split": "0.75,0,0.25", "partition": "iid", "num-partitions": 4})
+    client = load_client_data(config, 0, 4)
+    sizes = {name: len(split) for name, split in client.splits.items()}
+    total = sum(sizes.values())
+    assert sizes["val"] == 0 and abs(sizes["test"] / total - 0.25) < 0.03
+    for bad in ("0.5,0.5", "0.9,0.2,-0.1", "0,0.5,0.5", "a,b,c"):
+        with pytest.raises(ConfigError, match="'local-split'"):
+            resolve_run_config({"local-split": bad})
