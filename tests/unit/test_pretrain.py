@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedapp import pretrain as pretrain_module
 from fedapp.data.arrays import ArrayDataset
+from fedapp.data.reserve import reserve_parts
 from fedapp.errors import ModelError
 from fedapp.models.clip import TINY_CLIP, clear_clip_cache, load_open_clip
 from fedapp.pretrain import PretrainResult, PretrainSettings, default_checkpoint, pretrain_clip, zero_shot_accuracy
@@ -105,3 +107,24 @@ def test_a_checkpoint_from_other_settings_is_never_overwritten(finished, tmp_pat
     for suffix in ("", ".json"):
         shutil.copy(f"{result.checkpoint}{suffix}", f"{default}{suffix}")
     assert pretrain_clip(source, SETTINGS, cache_dir=tmp_path).checkpoint == default
+
+
+def test_pretraining_trains_only_on_the_reserved_pretraining_images(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    source = _coloured_images()
+    ids = np.arange(len(source))
+    source.images[:, 0, 0, 0], source.images[:, 0, 1, 0] = ids // 256, ids % 256  # every image names itself
+    parts = reserve_parts(source.labels, pretrain=0.6, test=0.2, seed=SETTINGS.reserve_seed)
+    trained_on: set[int] = set()
+    real = pretrain_module.clip_image_batch
+
+    def recording(images: np.ndarray, clip):
+        trained_on.update(int(a) * 256 + int(b) for a, b in zip(images[:, 0, 0, 0], images[:, 0, 1, 0], strict=True))
+        return real(images, clip)
+
+    monkeypatch.setattr(pretrain_module, "clip_image_batch", recording)
+    pretrain_clip(source, PretrainSettings(**{**SETTINGS.__dict__, "epochs": 1}), cache_dir=tmp_path)
+    # Everything it trained on is pretraining data; the 5% curve slice of that part is held back.
+    assert trained_on <= set(parts.pretrain.tolist())
+    assert len(trained_on) >= 0.9 * len(parts.pretrain)
