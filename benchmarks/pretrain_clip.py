@@ -34,7 +34,7 @@ from fedapp.models.clip import SMALL_CLIP
 from fedapp.pretrain import PretrainSettings, pretrain_clip
 
 
-def _plot(curve: list[dict[str, float]], accuracy: float, path: Path, title: str) -> None:
+def _plot(curve: list[dict[str, float | None]], accuracy: float, path: Path, title: str) -> None:
     import matplotlib  # noqa: PLC0415 - plotting only at the end
 
     matplotlib.use("Agg")
@@ -46,7 +46,8 @@ def _plot(curve: list[dict[str, float]], accuracy: float, path: Path, title: str
     loss_axis.set_xlabel("epoch")
     loss_axis.set_ylabel("loss")
     acc_axis = loss_axis.twinx()
-    acc_axis.plot(epochs, [row["curve_zero_shot"] for row in curve], color="tab:orange", label="zero-shot (held back)")
+    held_back = [float("nan") if row["curve_zero_shot"] is None else row["curve_zero_shot"] for row in curve]
+    acc_axis.plot(epochs, held_back, color="tab:orange", label="zero-shot (held back)")
     acc_axis.axhline(accuracy, color="tab:green", linestyle="--", label=f"zero-shot on test part: {accuracy:.3f}")
     acc_axis.set_ylabel("zero-shot accuracy")
     acc_axis.set_ylim(0, 1)
@@ -89,12 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(source):,} images, {source.num_classes} classes; pretraining {args.model}", flush=True)
         started, epochs_here = time.perf_counter(), []
 
-        def progress(row: dict[str, float]) -> None:
+        def progress(row: dict[str, float | None]) -> None:
             epochs_here.append(row)
             eta = (time.perf_counter() - started) / len(epochs_here) * (args.epochs - row["epoch"])
+            held_back = "—" if row["curve_zero_shot"] is None else f"{row['curve_zero_shot']:.4f}"
             print(
                 f"epoch {row['epoch']:>3}/{args.epochs}  loss {row['loss']:.4f}  "
-                f"zero-shot (held back) {row['curve_zero_shot']:.4f}  ETA {eta / 60:.1f} min",
+                f"zero-shot (held back) {held_back}  ETA {eta / 60:.1f} min",
                 flush=True,
             )
 

@@ -97,7 +97,7 @@ class PretrainResult:
     checkpoint: Path
     key: str
     zero_shot_accuracy: float
-    curve: list[dict[str, float]]
+    curve: list[dict[str, float | None]]
     cached: bool
 
 
@@ -242,7 +242,7 @@ def pretrain_clip(
     out: Path | None = None,
     *,
     cache_dir: Path | None = None,
-    on_epoch: Callable[[dict[str, float]], None] | None = None,
+    on_epoch: Callable[[dict[str, float | None]], None] | None = None,
 ) -> PretrainResult:
     """Pretrain ``settings.model_name`` on the reserve's pretraining part of ``source``.
 
@@ -296,6 +296,8 @@ def pretrain_clip(
     )
     if len(np.unique(source.labels[parts.pretrain])) < source.num_classes:
         raise DataError("reserve-pretrain leaves a class without pretraining images; reserve a larger share")
+    if len(parts.test) == 0:
+        raise DataError("reserve-test leaves no image to measure the zero-shot accuracy on; reserve a larger share")
     held = split_stratified(parts.pretrain, source.labels, (1 - _CURVE_SHARE, _CURVE_SHARE, 0.0), seed=settings.seed)
     train_idx, curve_idx = held.train, held.val
     tokens = _tokens(clip, source.class_names, settings.templates)
@@ -304,7 +306,7 @@ def pretrain_clip(
     steps_per_epoch = math.ceil(len(train_idx) / settings.batch_size)
     total_steps = steps_per_epoch * settings.epochs
     warmup = max(1, round(settings.warmup_epochs * steps_per_epoch))
-    curve: list[dict[str, float]] = []
+    curve: list[dict[str, float | None]] = []
     first_epoch = 0
     partial = _partial(out)
     if partial.exists():
@@ -347,9 +349,12 @@ def pretrain_clip(
         row = {
             "epoch": epoch + 1,
             "loss": float(np.mean(losses)),
+            # None when the data is too small to hold a curve slice back.
             "curve_zero_shot": zero_shot_accuracy(
                 clip, source.images[curve_idx], source.labels[curve_idx], source.class_names, settings.templates
-            ),
+            )
+            if len(curve_idx)
+            else None,
             "seconds": time.perf_counter() - started,
         }
         curve.append(row)

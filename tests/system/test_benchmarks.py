@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.paths import ROOT
-
-BENCHMARKS = ROOT / "benchmarks"
-
-
-def load_script(name: str):
-    """Import ``benchmarks/<name>.py`` as module ``name`` (the folder is not a package; the
-    scripts put it on ``sys.path``, so the worker processes they spawn import them by that name)."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the script is executing
-    spec.loader.exec_module(module)
-    return module
+from tests.paths import load_script
 
 
 def table_rows(text: str) -> list[list[str]]:
