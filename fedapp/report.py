@@ -35,11 +35,8 @@ REQUIRED_METRICS = ("round", "acc_mean", "acc_worst", "acc_std", "bytes_round_to
 NOT_REACHED = "not reached"
 MISSING = "—"
 
-MAIN_HEADER = [
-    "run",
-    "method",
-    "protocol",
-    "shots",
+# The figures of a run; the main table gives them per run, the seed table as mean ± std per setting.
+FIGURE_COLUMNS = [
     "rounds",
     "mean acc",
     "worst acc",
@@ -50,6 +47,7 @@ MAIN_HEADER = [
     "rounds to target",
     "s to target",
 ]
+MAIN_HEADER = ["run", "method", "protocol", "shots", *FIGURE_COLUMNS]
 
 
 # --- table helpers (also used by the benchmark scripts through benchmarks/compare.py) ---
@@ -389,19 +387,7 @@ def expand_run_dirs(paths: Iterable[Path]) -> list[Path]:
 # differ only in these are repetitions of one setting.
 NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir"})
 
-SEED_HEADER = [
-    "setting",
-    "seeds",
-    "rounds",
-    "mean acc",
-    "worst acc",
-    "std acc",
-    "held-out / novel",
-    "bytes/round",
-    "total MB",
-    "rounds to target",
-    "s to target",
-]
+SEED_HEADER = ["setting", "seeds", *FIGURE_COLUMNS]
 
 
 @dataclass(frozen=True)
