@@ -38,7 +38,7 @@ def test_a_temporary_flower_home_is_removed_even_when_the_run_fails(tmp_path, mo
     real_run = subprocess.run
 
     def failing_flwr_run(command, **kwargs):
-        if command[0] == "pgrep":  # looking for a SuperLink to stop: none was started
+        if Path(command[0]).name != "flwr":  # pgrep/ps looking for a SuperLink to stop: none was started
             return real_run(command, **kwargs)
         assert (Path(kwargs["env"]["FLWR_HOME"]) / "config.toml").exists()  # the connection file is in the home
         raise subprocess.CalledProcessError(1, command)
