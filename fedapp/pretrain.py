@@ -43,7 +43,7 @@ from fedapp.data.reserve import reserve_parts
 from fedapp.data.splits import split_stratified
 from fedapp.errors import DataError, ModelError
 from fedapp.models.clip import LoadedClip, register_tiny_configs
-from fedapp.models.prompt import clip_image_batch, encode_images
+from fedapp.models.prompt import class_phrase, clip_image_batch, encode_images
 
 __all__ = ["CAPTION_TEMPLATES", "PretrainResult", "PretrainSettings", "pretrain_clip", "zero_shot_accuracy"]
 
@@ -116,10 +116,6 @@ def cache_key(settings: PretrainSettings, model_config: dict[str, Any], digest: 
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _class_text(name: str) -> str:
-    return name.replace("_", " ")
-
-
 def _build(settings: PretrainSettings) -> tuple[LoadedClip, dict[str, Any]]:
     register_tiny_configs()
     import open_clip  # noqa: PLC0415 - only pretraining and CLIP clients need it
@@ -155,7 +151,7 @@ def _augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 def _tokens(clip: LoadedClip, class_names: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
     """Token ids of every caption, template-major: row ``t * C + c``."""
-    captions = [t.format(c=_class_text(name)) for t in templates for name in class_names]
+    captions = [t.format(c=class_phrase(name)) for t in templates for name in class_names]
     return clip.tokenizer(captions)
 
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from fedapp.config import D2P_TEMPLATES
 from fedapp.errors import ConfigError
 from fedapp.methods.common import class_distillation_loss
+from fedapp.models.prompt import class_phrase
 from fedapp.training import LossFn
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def class_descriptions(class_names: Sequence[str], template: str, dataset: str =
             f"config key 'd2p-template' = {template!r} is neither one of {', '.join(TEMPLATES)} "
             "nor a template containing {c}"
         )
-    return [chosen.format(c=name.replace("_", " ")) for name in class_names]
+    return [chosen.format(c=class_phrase(name)) for name in class_names]
 
 
 def _heads(width: int) -> int:

@@ -43,6 +43,11 @@ _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
+def class_phrase(name: str) -> str:
+    """A class folder name as text for a caption or prompt (``"pickup_truck"`` -> ``"pickup truck"``)."""
+    return name.replace("_", " ")
+
+
 def _text_tower(model: nn.Module) -> tuple[nn.Module, str, int | None]:
     """Return the module holding the text tower, its pool type and EOS id.
 
@@ -125,7 +130,7 @@ class PromptTextEncoder(nn.Module):
 
         if self._eot_positions(self._tokenize([""]))[0] != 1:
             raise ModelError(f"tokenizer of {clip.model_name} does not emit [SOS][text][EOT] rows")
-        texts = [template.format(name=name.replace("_", " ")) for name in self._class_names]
+        texts = [template.format(name=class_phrase(name)) for name in self._class_names]
         suffix, eot = self._embed_suffixes(texts)
         self.register_buffer("sos_embedding", suffix[0, :1].clone(), persistent=False)
         # Everything after SOS: class tokens, ".", EOT and padding.
