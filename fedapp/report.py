@@ -204,6 +204,9 @@ class ReportRow:
         The first round whose ``acc_mean`` reached ``target``; None if none did.
     seconds_to_target : float | None
         Sum of ``round_seconds`` of the rounds up to and including that round.
+    mb_to_target, flops_to_target : float | None
+        ``mb_cumulative`` and ``train_flops_cumulative`` (all clients' training FLOPs) at that round;
+        None if the target was not reached or the run did not record them.
     domain_acc : Mapping[str, float]
         Domain name -> mean accuracy of its evaluated clients, from the latest round that has it.
     curve_rounds, curve_acc_mean, curve_mb : tuple
@@ -230,6 +233,8 @@ class ReportRow:
     target: float | None
     rounds_to_target: int | None
     seconds_to_target: float | None
+    mb_to_target: float | None = None
+    flops_to_target: float | None = None
     domain_acc: Mapping[str, float] = field(default_factory=dict)
     curve_rounds: tuple[int, ...] = ()
     curve_acc_mean: tuple[float, ...] = ()
@@ -245,6 +250,13 @@ def _latest(lines: Sequence[Mapping[str, Any]], key: str) -> Any:
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
+    return None
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or None (older runs lack the FLOPs fields)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
     return None
 
 
@@ -345,6 +357,8 @@ def load_run(run_dir: Path, target: float | None = None) -> ReportRow:
         seconds_to_target=None
         if reached is None
         else sum(float(line["round_seconds"]) for line in lines[: reached + 1]),
+        mb_to_target=None if reached is None else float(lines[reached]["mb_cumulative"]),
+        flops_to_target=None if reached is None else _number(lines[reached].get("train_flops_cumulative")),
         # A domain none of whose clients was evaluated may hold null: shown as '—'.
         domain_acc={str(name): float("nan" if value is None else value) for name, value in domain_acc.items()},
         curve_rounds=tuple(int(line["round"]) for line in lines),
@@ -387,7 +401,8 @@ def expand_run_dirs(paths: Iterable[Path]) -> list[Path]:
 # differ only in these are repetitions of one setting.
 NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir"})
 
-SEED_HEADER = ["setting", "seeds", *FIGURE_COLUMNS]
+# The seed table adds the cost to the target as the pFedLoRA paper counts it: communication and training FLOPs.
+SEED_HEADER = ["setting", "seeds", *FIGURE_COLUMNS, "MB to target", "train FLOPs to target"]
 
 
 @dataclass(frozen=True)
@@ -475,6 +490,21 @@ def _group_to_target(runs: Sequence[ReportRow], values: Sequence[float | None], 
     return f"{fmt_mean_std(reached, digits)} ({len(reached)}/{len(runs)})"
 
 
+def _group_flops_to_target(runs: Sequence[ReportRow]) -> str:
+    """Like :func:`_group_to_target`, in FLOPs units (``1.23T ± 0.10T``)."""
+    if all(row.target is None for row in runs):
+        return MISSING
+    reached = [row.flops_to_target for row in runs if row.rounds_to_target is not None]
+    if not reached:
+        return f"{NOT_REACHED} (0/{len(runs)})"
+    stats = mean_std(reached)
+    if stats is None:  # reached, but the runs did not count FLOPs
+        return MISSING
+    mean, std, _ = stats
+    spread = "" if len(reached) == 1 else f" ± {fmt_count(std)}"
+    return f"{fmt_count(mean)}{spread} ({len(reached)}/{len(runs)})"
+
+
 def render_seed_table(groups: Sequence[SeedGroup]) -> str:
     """One row per :class:`SeedGroup`: every figure of the main table as mean ± std over its seeds."""
     body = []
@@ -494,6 +524,8 @@ def render_seed_table(groups: Sequence[SeedGroup]) -> str:
                 fmt_mean_std([r.total_mb for r in runs], 2),
                 _group_to_target(runs, [r.rounds_to_target for r in runs], 1),
                 _group_to_target(runs, [r.seconds_to_target for r in runs], 1),
+                _group_to_target(runs, [r.mb_to_target for r in runs], 2),
+                _group_flops_to_target(runs),
             ]
         )
     return markdown_table(SEED_HEADER, body)

@@ -403,9 +403,9 @@ def test_runs_differing_only_in_seed_aggregate_to_mean_and_sample_std(tmp_path: 
             tmp_path,
             f"fedavg-s{seed}",
             {**BASE_CONFIG, "seed": seed, "run-name": f"fedavg-s{seed}"},
-            curve(accs, [1000] * 3, [1.0] * 3),
+            curve(accs, [1000] * 3, [1.0] * 3, train_flops_cumulative=flops),
         )
-        for seed, accs in ((0, [0.5, 0.6, 0.70]), (1, [0.5, 0.65, 0.80]))
+        for seed, accs, flops in ((0, [0.5, 0.6, 0.70], [1e9, 2e9, 3e9]), (1, [0.5, 0.65, 0.80], [1e9, 4e9, 5e9]))
     ]
     other = write_run(
         tmp_path, "fedavg-lr", {**BASE_CONFIG, "seed": 0, "alpha": 1.0}, curve([0.4, 0.5, 0.9], [1000] * 3, [1.0] * 3)
@@ -426,6 +426,9 @@ def test_runs_differing_only_in_seed_aggregate_to_mean_and_sample_std(tmp_path: 
     assert first["mean acc"] == "0.7500 ± 0.0707"
     # Round 2 reaches 0.6 in both seeds: two of two reached, 2.0 ± 0.0 rounds.
     assert first["rounds to target"] == "2.0 ± 0.0 (2/2)"
+    # Cost to the target as pFedLoRA counts it: the cumulative MB and training FLOPs of that round.
+    assert first["MB to target"] == f"{2000 / MB:.2f} ± 0.00 (2/2)"
+    assert first["train FLOPs to target"] == "3.00G ± 1.41G (2/2)"
     assert dict(zip(report.SEED_HEADER, (c.strip() for c in cells[1]), strict=True))["mean acc"] == "0.9000"
     # The main table has a rounds column.
     assert "| rounds |" in markdown.split("## Mean")[0]
