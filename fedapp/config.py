@@ -638,7 +638,22 @@ def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
                 )
 
 
+def _check_run_name(v: dict[str, Scalar]) -> None:
+    """A run name is one folder inside ``results-dir`` (and ``state-dir``): no path, so that whoever
+    names a run cannot make the server or a node write outside the folders chosen for them."""
+    name = str(v["run-name"])
+    if not name:
+        return
+    bad = [part for part in ("/", "\\", "\0") if part in name]
+    if bad or name in (".", "..") or name != name.strip() or Path(name).is_absolute():
+        raise ConfigError(
+            f"config key 'run-name' = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
+            "spaces): runs are written to results-dir/<run-name>"
+        )
+
+
 _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
+    _check_run_name,
     _check_local_prompt_lengths,
     _check_classes_per_client,
     _check_model,

@@ -96,3 +96,21 @@ def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
     finally:
         launcher.kill()
         stop_processes(superlink_pids(home))
+
+
+@pytest.mark.parametrize("name", ["../escaped", "/tmp/escaped-absolute"])
+def test_a_run_name_that_leaves_results_dir_is_one_line_from_the_launcher(tmp_path, name):
+    """Through the user's entry point: one 'error:' line naming the key, exit 2, nothing written anywhere."""
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(tmp_path / "home"),
+         "--run-config", f'results-dir="{results}" run-name="{name}" num-rounds=1'],
+        check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: config key 'run-name' = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
+        "spaces): runs are written to results-dir/<run-name>"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert not (tmp_path / "escaped").exists()

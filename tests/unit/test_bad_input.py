@@ -44,6 +44,9 @@ CONFIG_ROWS = [
     ("more min-clients than clients", {"min-clients": 20}, "'min-clients' = 20 is more than 'num-partitions' = 10"),
     ("missing preset", {"preset": "conf/no-such-preset.yaml"}, "'preset' = 'conf/no-such-preset.yaml': file not found"),
     ("missing data path", {"dataset": "imagefolder", "data-dir": "/no/such/folder"}, "path does not exist"),
+    ("run name climbing out", {"run-name": "../../x"}, "'run-name' = '../../x' must be a single folder name"),
+    ("absolute run name", {"run-name": "/tmp/x"}, "'run-name' = '/tmp/x' must be a single folder name"),
+    ("run name with a folder", {"run-name": "a/b"}, "'run-name' = 'a/b' must be a single folder name"),
     (
         "prompt longer than the text context",
         {"method": "sdfed", "local-prompt-lengths": "4,55"},
