@@ -20,7 +20,7 @@ import contextlib
 import json
 import math
 import os
-import shlex
+import re
 import shutil
 import signal
 import socket
@@ -97,17 +97,39 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+# One ``key=value`` item as ``flwr run --run-config`` reads it: a quoted value may hold spaces.
+_OVERRIDE_ITEM = re.compile(r"""([^\s=]+)=('[^']*'|"[^"]*"|\S+)""")
+
+
 def parse_overrides(text: list[str]) -> dict:
-    """Parse Flower-style ``key=value`` overrides with TOML values (as ``flwr run`` does)."""
+    """Parse Flower-style ``key=value`` overrides with TOML values (as ``flwr run`` does).
+
+    Unlike Flower's parser, nothing is skipped silently: an item that is not ``key=value``, or
+    whose value is not TOML (most often an unquoted string), is refused with the item named.
+    """
     import tomllib  # noqa: PLC0415
 
     values: dict = {}
     for chunk in text:
-        for item in shlex.split(chunk, posix=False):
-            key, sep, raw = item.partition("=")
-            if not sep:
-                raise FedAppError(f"--run-config item {item!r} is not key=value")
-            values.update(tomllib.loads(f'"{key}" = {raw}'))
+        position = 0
+        while True:
+            while position < len(chunk) and chunk[position].isspace():
+                position += 1
+            if position == len(chunk):
+                break
+            match = _OVERRIDE_ITEM.match(chunk, position)
+            if match is None or (match.end() < len(chunk) and not chunk[match.end()].isspace()):
+                item = chunk[position:].split(maxsplit=1)[0]
+                raise FedAppError(f'--run-config item {item!r} is not key=value (quote values with spaces: key="a b")')
+            key, raw = match.groups()
+            try:
+                values.update(tomllib.loads(f'"{key}" = {raw}'))
+            except tomllib.TOMLDecodeError:
+                hint = f': quote a string, {key}="{raw}"' if re.fullmatch(r"[\w./~-]+", raw) else ""
+                raise FedAppError(
+                    f"--run-config item {key}={raw}: {raw} is not a number, true/false or a quoted string{hint}"
+                ) from None
+            position = match.end()
     return values
 
 
@@ -237,7 +259,15 @@ def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
     the caller's and is kept.
     """
     own_home = flwr_home is None
-    home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).resolve()
+    if flwr_home is not None:
+        existing = Path(flwr_home).expanduser() / "config.toml"
+        if existing.is_file() and existing.read_text() != LOCAL_CONNECTION_TOML:
+            # The user's own connections (remote SuperLinks, TLS) live there: never rewrite them.
+            raise FedAppError(
+                f"--flwr-home {flwr_home} already holds a Flower config.toml of its own; give a new or empty "
+                "folder (the launcher writes its local connection there), or leave --flwr-home out"
+            )
+    home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(LOCAL_CONNECTION_TOML)
     # Use this interpreter's Flower, and let the processes it spawns find theirs.

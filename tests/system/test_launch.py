@@ -98,19 +98,58 @@ def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
         stop_processes(superlink_pids(home))
 
 
-@pytest.mark.parametrize("name", ["../escaped", "/tmp/escaped-absolute"])
-def test_a_run_name_that_leaves_results_dir_is_one_line_from_the_launcher(tmp_path, name):
-    """Through the user's entry point: one 'error:' line naming the key, exit 2, nothing written anywhere."""
-    results = tmp_path / "results"
+USER_CONFIG_TOML = '[superlink]\ndefault = "lab"\n\n[superlink.lab]\naddress = "lab.example.org:9093"\n'
+RUN_NAME_LINE = (
+    "error: config key 'run-name' = {!r} must be a single folder name (no '/', '\\', '..' or surrounding "
+    "spaces): runs are written to results-dir/<run-name>"
+)
+# (id, --run-config, the one line the user sees)
+LAUNCHER_ERRORS = [
+    ("run name climbing out", 'run-name="../escaped"', RUN_NAME_LINE.format("../escaped")),
+    ("absolute run name", 'run-name="/tmp/escaped-absolute"', RUN_NAME_LINE.format("/tmp/escaped-absolute")),
+    (
+        "unquoted string",
+        "method=sdfed",
+        "error: --run-config item method=sdfed: sdfed is not a number, true/false or a quoted string: "
+        'quote a string, method="sdfed"',
+    ),
+    (
+        "item without '='",
+        "num-rounds=1 verbose",
+        "error: --run-config item 'verbose' is not key=value (quote values with spaces: key=\"a b\")",
+    ),
+    ("zero clients", "num-partitions=0", "error: config key 'num-partitions' = 0 must be >= 1"),
+]
+
+
+@pytest.mark.parametrize(("run_config", "line"), [r[1:] for r in LAUNCHER_ERRORS], ids=[r[0] for r in LAUNCHER_ERRORS])
+def test_bad_launcher_input_is_one_line_and_writes_nothing(tmp_path, run_config, line):
+    """Through the user's entry point: one 'error:' line, exit 2, nothing written anywhere."""
+    work = tmp_path / "work"
+    work.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(tmp_path / "home"),
-         "--run-config", f'results-dir="{results}" run-name="{name}" num-rounds=1'],
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(work / "home"),
+         "--run-config", f'results-dir="{work / "results"}" {run_config}'],
+        check=False, capture_output=True, text=True, timeout=120, cwd=work,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [line])
+    assert list(work.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert not Path("/tmp/escaped-absolute").exists()
+
+
+def test_the_launcher_never_rewrites_a_flower_home_it_did_not_make(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(USER_CONFIG_TOML)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--run-config", "num-rounds=1"],
         check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"error: config key 'run-name' = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
-        "spaces): runs are written to results-dir/<run-name>"
+        f"error: --flwr-home {home} already holds a Flower config.toml of its own; give a new or empty folder "
+        "(the launcher writes its local connection there), or leave --flwr-home out"
     ]
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
-    assert not (tmp_path / "escaped").exists()
+    assert (home / "config.toml").read_text() == USER_CONFIG_TOML and sorted(p.name for p in home.iterdir()) == [
+        "config.toml"
+    ]

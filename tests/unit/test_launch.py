@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from fedapp.errors import ConfigError
+from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run
 
 
 def test_parse_overrides_reads_flower_style_toml_values():
     values = parse_overrides(['method="standalone" num-rounds=3', "alpha=0.5 download=true"])
     assert values == {"method": "standalone", "num-rounds": 3, "alpha": 0.5, "download": True}
+
+
+def test_parse_overrides_keeps_quoted_spaces_and_names_a_bad_item():
+    assert parse_overrides(['run-name="a b" lr=0.1', '  x="it\'s"  ']) == {"run-name": "a b", "lr": 0.1, "x": "it's"}
+    with pytest.raises(FedAppError, match=r'quote a string, method="fedavg"'):
+        parse_overrides(["method=fedavg"])
+    with pytest.raises(FedAppError, match=r"item 'stray' is not key=value"):
+        parse_overrides(["lr=0.1 stray"])
+    with pytest.raises(FedAppError, match=r"item 'a=\"x\"y' is not key=value"):
+        parse_overrides(['a="x"y'])
 
 
 def test_expand_preset_lets_an_explicit_default_value_beat_the_preset(tmp_path):
