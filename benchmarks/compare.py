@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedapp.launch import run
+from fedapp.config import settings_digest
+from fedapp.launch import prepare_run, run
 
 # Moved to fedapp.report (the run report uses them too); the benchmark scripts still import them from here.
 from fedapp.report import fmt_count, markdown_table  # noqa: F401 - re-exported
@@ -22,6 +23,7 @@ class MethodRun:
     summary: dict[str, Any]
     metrics: list[dict[str, Any]]
     wall_seconds: float
+    run_dir: Path
 
     @property
     def seconds_per_round(self) -> float:
@@ -36,14 +38,20 @@ class MethodRun:
 
 
 def run_method(method: str, common: dict[str, Any], setting: str, num_clients: int) -> MethodRun:
-    """One `flwr run` of ``method`` with ``common`` overrides; its run folder is ``<method>-<setting>``."""
+    """One `flwr run` of ``method`` with ``common`` overrides.
+
+    Its run folder is ``<method>-<setting>-<digest of every setting>``: a rerun with other settings
+    gets a folder of its own, and one with the same settings is refused (results are never overwritten).
+    """
+    overrides = {**common, "method": method}
+    digest = settings_digest(prepare_run(overrides, num_clients).config.as_dict())
     started = time.perf_counter()
-    run_dir = run({**common, "method": method, "run-name": f"{method}-{setting}"}, num_clients=num_clients)
+    run_dir = run({**overrides, "run-name": f"{method}-{setting}-{digest}"}, num_clients=num_clients)
     wall = time.perf_counter() - started
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     print(f"{method} [{setting}]: mean acc {summary['final_acc_mean']:.4f} ({wall:.0f}s)", flush=True)
-    return MethodRun(method, setting, summary, metrics, wall)
+    return MethodRun(method, setting, summary, metrics, wall, run_dir)
 
 
 def data_overrides(data: str | None, test_data: str | None) -> dict[str, Any]:

@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> str:
                 **METHOD_KEYS.get(method, {}),
             }
             setting = f"{protocol}-D{args.domains}x{args.clients_per_domain}-R{args.rounds}"
-            run_method(method, common, setting, int(keys["num-partitions"]))
-            run_dirs.append(Path(common["results-dir"]) / f"{method}-{setting}")
+            run_dirs.append(run_method(method, common, setting, int(keys["num-partitions"])).run_dir)
     results = Path(args.results_dir)
     markdown = write_report(run_dirs, results / "report.md", results / "report.png", args.target)
     print(markdown)

@@ -9,6 +9,8 @@ before any data is touched or any model is built.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -293,11 +295,24 @@ class RunConfig:
 
     @property
     def run_name(self) -> str:
+        """``run-name``, or one derived from the method, data, a digest of every other setting and
+        the seed, so that runs with different settings never share a folder."""
         name = str(self.values["run-name"])
         if name:
             return name
         v = self.values
-        return f"{v['method']}-{v['dataset']}-{v['partition']}-s{v['seed']}"
+        return f"{v['method']}-{v['dataset']}-{v['partition']}-{settings_digest(v)}-s{v['seed']}"
+
+
+NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir"})
+"""Keys that do not change what a run computes beyond its seed: runs differing only in them are
+repetitions of one setting (the report's seed groups, the sweep's and the derived run names)."""
+
+
+def settings_digest(values: Mapping[str, Any]) -> str:
+    """Six hex digits of SHA-256 over every key but :data:`NOT_SETTINGS`."""
+    settings = {key: value for key, value in values.items() if key not in NOT_SETTINGS}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
 
 
 def defaults() -> dict[str, Scalar]:

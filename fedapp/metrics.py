@@ -7,16 +7,19 @@ and two plots, accuracy against round and against megabytes communicated.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import yaml
+
+from fedapp.errors import StateError
 
 # A child of Flower's logger, so our lines appear wherever Flower's log goes.
 log = logging.getLogger("flwr.fedapp")
@@ -127,8 +130,62 @@ def progress_line(record: RoundRecord, num_rounds: int) -> str:
     )
 
 
+RESULT_FILES = ("metrics.jsonl", "summary.json", "checkpoint.npz")
+"""What makes a folder hold a run's results: a fresh run never writes over them."""
+
+LOCK_FILE = ".lock"
+
+
+# Run folders this process holds the lock of. A process takes its own lock over (a stopped run
+# resumed in the same process, as run_simulation does in tests); other processes are refused.
+_HELD_LOCKS: dict[Path, IO[str]] = {}
+
+
+def lock_folder(directory: Path) -> IO[str]:
+    """An exclusive, non-blocking ``flock`` on ``directory/.lock``, held while the returned file is open.
+
+    Raises
+    ------
+    StateError
+        If another process holds it (that process is writing this run).
+    """
+    key = directory.resolve()
+    held = _HELD_LOCKS.get(key)
+    if held is not None and not held.closed:
+        return held
+    handle = (directory / LOCK_FILE).open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise StateError(
+            f"run folder {directory} is being written by another run (its lock is held): wait for that run to "
+            "end, or choose another run-name"
+        ) from None
+    _HELD_LOCKS[key] = handle
+    return handle
+
+
+def release_folder(directory: Path) -> None:
+    """Release this process's lock on ``directory`` (also released when the process ends)."""
+    handle = _HELD_LOCKS.pop(directory.resolve(), None)
+    if handle is not None:
+        handle.close()
+
+
+def held_results(directory: Path) -> list[str]:
+    """The result files in ``directory`` that hold something (an empty metrics file does not count)."""
+    return [name for name in RESULT_FILES if (directory / name).is_file() and (directory / name).stat().st_size > 0]
+
+
 class RunRecorder:
-    """Writes a run's results folder as rounds complete."""
+    """Writes a run's results folder as rounds complete.
+
+    A fresh run refuses a folder that already holds results (no run replaces another's), a
+    resumed one a folder that does not exist; either is refused before anything is written. The
+    folder is locked (``.lock``, ``flock``) while the recorder lives, so a second process writing
+    the same run is refused at once instead of interleaving its rounds.
+    """
 
     def __init__(
         self,
@@ -140,19 +197,41 @@ class RunRecorder:
         fresh: bool = True,
     ):
         self.directory = Path(results_dir).expanduser() / run_name
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if fresh and (held := held_results(self.directory)):
+            raise StateError(
+                f"run folder {self.directory} already holds a run ({', '.join(held)}): set resume=true to "
+                "continue it, or choose another run-name (results are never overwritten)"
+            )
+        if not fresh and not self.directory.is_dir():
+            raise StateError(f"resume=true, but run folder {self.directory} does not exist: nothing to resume")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StateError(f"cannot create run folder {self.directory} ({err.strerror or err})") from err
+        lock_folder(self.directory)
+        self.config = dict(config)
         self.target_accuracy = target_accuracy
         self.records: list[RoundRecord] = []
         # Run-level fields a wrapper adds to summary.json (e.g. the privacy budget, fedapp.privacy).
         self.summary_extra: dict[str, Any] = {}
-        (self.directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=True))
         self.metrics_path = self.directory / "metrics.jsonl"
-        if fresh:  # a rerun under the same name starts a fresh metrics file
+        if fresh:
+            self._write_config()
             self.metrics_path.write_text("")
+        # A resumed run writes its config once its checkpoint is accepted (restore): a refused
+        # resume leaves the folder as it was.
+
+    def _write_config(self) -> None:
+        (self.directory / "config.yaml").write_text(yaml.safe_dump(self.config, sort_keys=True))
+
+    def close(self) -> None:
+        """Release the folder's lock (also released when the process ends)."""
+        release_folder(self.directory)
 
     def restore(self, records: list[RoundRecord]) -> None:
         """Continue a resumed run: exactly ``records`` so far, on disk and in memory."""
         self.records = list(records)
+        self._write_config()
         self.metrics_path.write_text("".join(r.to_json() + "\n" for r in self.records))
         self.write_summary()
 

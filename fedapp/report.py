@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from fedapp.config import NOT_SETTINGS
 from fedapp.errors import DataError, FedAppError
 from fedapp.metrics import first_reaching, read_metrics, save_accuracy_figure
 
@@ -399,7 +400,6 @@ def expand_run_dirs(paths: Iterable[Path]) -> list[Path]:
 
 # Keys that say where and under what name a run is stored, or which seed it drew: runs that
 # differ only in these are repetitions of one setting.
-NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir"})
 
 # The seed table adds the cost to the target as the pFedLoRA paper counts it: communication and training FLOPs.
 SEED_HEADER = ["setting", "seeds", *FIGURE_COLUMNS, "MB to target", "train FLOPs to target"]

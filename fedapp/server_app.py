@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from flwr.common import Context
@@ -12,6 +13,7 @@ from flwr.server.compat import start_grid
 from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
+from fedapp.metrics import release_folder
 from fedapp.privacy import wrap_for_privacy
 from fedapp.registry import strategy_class
 from fedapp.secure_aggregation import run_secagg
@@ -103,10 +105,13 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         config = resolve_run_config({**context.run_config, **(overrides or {})})
         components = server_components(config)
-        if config["secagg"]:
-            run_secagg(grid, context, components.server.strategy, config, components.config)
-        else:  # what Flower's compatibility mode does with a server_fn's components
-            start_grid(grid=grid, server=components.server, config=components.config)
+        try:
+            if config["secagg"]:
+                run_secagg(grid, context, components.server.strategy, config, components.config)
+            else:  # what Flower's compatibility mode does with a server_fn's components
+                start_grid(grid=grid, server=components.server, config=components.config)
+        finally:
+            release_folder(Path(str(config["results-dir"])).expanduser() / config.run_name)
 
     return app
 

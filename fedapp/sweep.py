@@ -21,7 +21,6 @@ folder tabulate the finished runs, with mean ± std over seeds (``fedapp-report`
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
 import re
@@ -35,9 +34,10 @@ from typing import Any
 
 import tomllib
 
+from fedapp.config import settings_digest
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
-from fedapp.report import NOT_SETTINGS, expand_run_dirs, write_report
+from fedapp.report import expand_run_dirs, write_report
 
 __all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
 
@@ -83,11 +83,6 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
 def _slug(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_")[:40] or "_"
-
-
-def _settings_digest(config: dict[str, Any]) -> str:
-    settings = {key: value for key, value in config.items() if key not in NOT_SETTINGS}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
 
 
 def plan_sweep(
@@ -145,7 +140,7 @@ def plan_sweep(
                 name = "-".join(
                     [str(config["method"])]
                     + [f"{key}{_slug(value)}" for key, value in point.items()]
-                    + [_settings_digest(config), f"s{seed}"]
+                    + [settings_digest(config), f"s{seed}"]
                 )
                 prepared = prepare_run({**prepared.overrides, "run-name": name})
                 runs.append(SweepRun(name=name, prepared=prepared))

@@ -153,3 +153,22 @@ def test_the_launcher_never_rewrites_a_flower_home_it_did_not_make(tmp_path):
     assert (home / "config.toml").read_text() == USER_CONFIG_TOML and sorted(p.name for p in home.iterdir()) == [
         "config.toml"
     ]
+
+
+def test_the_launcher_refuses_to_run_over_a_finished_run(tmp_path):
+    """A second launch under the same run name is refused at once, and the first run's files stay as they were."""
+    folder = tmp_path / "results" / "exp1"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text('{"round": 1}\n')
+    (folder / "config.yaml").write_text("lr: 0.5\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedapp.launch", "--run-config",
+         f'results-dir="{tmp_path / "results"}" run-name="exp1" num-rounds=1'],
+        check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: run folder {folder} already holds a run (metrics.jsonl): set resume=true to continue it, "
+        "or choose another run-name (results are never overwritten)"
+    ]
+    assert (folder / "config.yaml").read_text() == "lr: 0.5\n" and len(list(folder.iterdir())) == 2

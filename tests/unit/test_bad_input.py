@@ -132,6 +132,10 @@ def write_checkpoint(tmp_path: Path, method: str) -> Path:
 
 
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
+    with pytest.raises(StateError, match=r"resume=true, but run folder .*run does not exist: nothing to resume"):
+        server_components(resume_config(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "run").mkdir()  # a folder without a checkpoint in it
     with pytest.raises(StateError, match=r"no checkpoint at .*nothing to resume"):
         server_components(resume_config(tmp_path))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import tomllib
 
@@ -23,7 +25,17 @@ def test_registry_names_every_method():
 def test_defaults_validate_and_name_the_run():
     config = resolve_run_config(defaults())
     assert config["method"] == "fedavg"
-    assert config.run_name == "fedavg-digits-dirichlet-s0"
+    assert re.fullmatch(r"fedavg-digits-dirichlet-[0-9a-f]{6}-s0", config.run_name)
+
+
+def test_derived_run_names_differ_with_any_setting_but_resume_keeps_the_name():
+    def name(**values):
+        return resolve_run_config(values).run_name
+
+    base = name()
+    assert name(lr=0.02) != base and name(**{"num-rounds": 3}) != base
+    assert name(seed=1) == base.replace("-s0", "-s1")  # seeds of one setting share the digest
+    assert name(resume=True) == base and name(**{"results-dir": "elsewhere"}) == base
 
 
 def test_preset_applies_and_explicit_override_wins(tmp_path):
