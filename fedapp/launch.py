@@ -37,7 +37,7 @@ import tomli_w
 
 from fedapp.config import APP_ROOT, RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError
-from fedapp.metrics import held_results
+from fedapp.metrics import check_clients_trained, held_results
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
 
@@ -333,7 +333,11 @@ def submit(
         command += ["--run-config", run_config]
     summary = prepared.run_dir / "summary.json"
     started = time.time()
-    subprocess.run(command, env=env, check=True, timeout=timeout)
+    try:
+        subprocess.run(command, env=env, check=True, timeout=timeout)
+    except subprocess.CalledProcessError:
+        check_clients_trained(prepared.run_dir)  # the ServerApp's reason, when it was this one
+        raise
     if not summary.exists() or summary.stat().st_mtime < started:
         raise FedAppError(f"the run ended without writing {summary}; see the log above")
     rounds = json.loads(summary.read_text()).get("rounds", 0)
@@ -341,6 +345,7 @@ def submit(
         raise FedAppError(
             f"the run stopped after {rounds} of {prepared.config['num-rounds']} rounds; see the log above"
         )
+    check_clients_trained(prepared.run_dir)
     return prepared.run_dir
 
 

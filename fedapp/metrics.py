@@ -301,3 +301,19 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Load a ``metrics.jsonl`` file (for tests, reports and benchmarks)."""
     lines = Path(path).read_text().splitlines()
     return [json.loads(line) for line in lines if line.strip()]
+
+
+def check_clients_trained(run_dir: Path) -> None:
+    """Raise if a finished run's rounds trained no client at all (every fit failed, or none was sampled).
+
+    Such a run has metrics, but they measure the initial model: it must not end as a success.
+    """
+    path = run_dir / "metrics.jsonl"
+    rows = read_metrics(path) if path.is_file() else []
+    if rows and not any(int(row.get("clients_fit", 0)) for row in rows):
+        left_out = sorted({reason for row in rows for reason in row.get("left_out_reasons", [])})
+        why = f" (left out: {'; '.join(left_out[:3])})" if left_out else ""
+        raise StateError(
+            f"no client trained in any of the {len(rows)} rounds of {run_dir.name}{why}: "
+            "its metrics are of the untrained model; see the clients' errors in the log"
+        )

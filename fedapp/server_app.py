@@ -13,7 +13,7 @@ from flwr.server.compat import start_grid
 from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
-from fedapp.metrics import release_folder
+from fedapp.metrics import check_clients_trained, release_folder
 from fedapp.privacy import wrap_for_privacy
 from fedapp.registry import strategy_class
 from fedapp.secure_aggregation import run_secagg
@@ -105,13 +105,15 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         config = resolve_run_config({**context.run_config, **(overrides or {})})
         components = server_components(config)
+        run_dir = Path(str(config["results-dir"])).expanduser() / config.run_name
         try:
             if config["secagg"]:
                 run_secagg(grid, context, components.server.strategy, config, components.config)
             else:  # what Flower's compatibility mode does with a server_fn's components
                 start_grid(grid=grid, server=components.server, config=components.config)
         finally:
-            release_folder(Path(str(config["results-dir"])).expanduser() / config.run_name)
+            release_folder(run_dir)
+        check_clients_trained(run_dir)
 
     return app
 

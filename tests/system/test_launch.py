@@ -172,3 +172,17 @@ def test_the_launcher_refuses_to_run_over_a_finished_run(tmp_path):
         "or choose another run-name (results are never overwritten)"
     ]
     assert (folder / "config.yaml").read_text() == "lr: 0.5\n" and len(list(folder.iterdir())) == 2
+
+
+def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path):
+    """Every client fails every round (its state folder cannot be written): the launcher says so, exit 2."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedapp.launch", "--run-config",
+         f'results-dir="{tmp_path / "results"}" run-name="untrained" num-rounds=1 num-partitions=2 '
+         'model="cnn-5" state="disk" state-dir="/proc/fedapp-unwritable"'],
+        check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no client trained in any of the 1 rounds of untrained (left out: ")
+    assert last.endswith("its metrics are of the untrained model; see the clients' errors in the log")

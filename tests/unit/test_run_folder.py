@@ -4,6 +4,7 @@ that does not exist, and a second writer is refused by the folder's lock."""
 from __future__ import annotations
 
 import fcntl
+import json
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from fedapp.checkpoint import ServerCheckpoint, rng_state, save_checkpoint
 from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
-from fedapp.metrics import LOCK_FILE, RunRecorder, release_folder
+from fedapp.metrics import LOCK_FILE, RunRecorder, check_clients_trained, release_folder
 from strategies import FedAvgStrategy
 
 
@@ -69,3 +70,15 @@ def test_a_refused_resume_leaves_the_run_folder_as_it_was(tmp_path):
     strategy.recorder.close()
     after = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.name != LOCK_FILE}
     assert after == before
+
+
+def test_a_run_in_which_no_client_trained_is_an_error(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    rows = [{"round": r, "clients_fit": 0, "left_out_reasons": ["client 1: StateError: disk full"]} for r in (1, 2)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(StateError, match=r"no client trained in any of the 2 rounds of run \(left out: client 1: St"):
+        check_clients_trained(folder)
+    rows[1]["clients_fit"] = 1  # one client in one round is a run
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    check_clients_trained(folder)
