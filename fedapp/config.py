@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fedapp.aggregation import AGGREGATION_RULES, min_updates
 from fedapp.errors import ConfigError
 
 Scalar = bool | int | float | str
@@ -241,7 +242,7 @@ SCHEMA: dict[str, Key] = {
         bool, False, "train on the first half of the classes (base), report base, novel and harmonic mean"
     ),
     "results-dir": Key(str, "results", "where run folders are written"),
-    "run-name": Key(str, "", "run folder name (default: method-dataset-partition-seed)"),
+    "run-name": Key(str, "", "run folder name (default: method-dataset-partition-<settings digest>-s<seed>)"),
     "resume": Key(bool, False, "continue the run from results-dir/run-name/checkpoint.npz"),
     "state": Key(str, "memory", "where personal client state lives", choices=STATE_BACKENDS),
     "state-dir": Key(str, "state", "root of on-disk client state (state = disk)"),
@@ -256,6 +257,17 @@ SCHEMA: dict[str, Key] = {
     "dp-noise-multiplier": Key(float, 1.0, "DP Gaussian noise std per unit of clipping norm (sigma)", low=0.0),
     "dp-clipping-norm": Key(float, 1.0, "DP bound C on the L2 norm of each client's update", low=0.0, low_open=True),
     "dp-delta": Key(float, 1e-5, "DP delta of the reported epsilon (0 < delta < 1)", low=0.0, low_open=True),
+    "aggregation": Key(
+        str,
+        "mean",
+        "how shared arrays are combined: mean (FedAvg) or one of Flower's robust rules",
+        choices=AGGREGATION_RULES,
+    ),
+    "trim-fraction": Key(float, 0.2, "share cut from each end per coordinate (aggregation = trimmed-mean)", low=0.0),
+    "byzantine-clients": Key(int, 0, "malicious updates a round tolerates (krum, multi-krum, bulyan)", low=0),
+    "update-norm-bound": Key(
+        float, 0.0, "leave out updates whose L2 distance from the global arrays exceeds this (0 = off)", low=0.0
+    ),
     "secagg": Key(bool, False, "secure aggregation (SecAgg+): the server sees only the average of the uploads"),
     "secagg-num-shares": Key(
         float, 1.0, "SecAgg+ shares per secret: <= 1 a share of a round's clients, else a count", low=0.0, low_open=True
@@ -605,6 +617,33 @@ def _check_clients(v: dict[str, Scalar]) -> None:
         )
 
 
+def _check_aggregation(v: dict[str, Scalar]) -> None:
+    rule = str(v["aggregation"])
+    if float(v["trim-fraction"]) >= 0.5:
+        raise ConfigError(
+            f"config key 'trim-fraction' = {v['trim-fraction']!r} must be < 0.5 (it is cut from each end)"
+        )
+    if rule == "mean":
+        return
+    if v["method"] not in PARAMETER_AVERAGING_METHODS:
+        raise ConfigError(
+            f"config key 'aggregation' = {rule!r} applies to methods that average a shared model "
+            f"({', '.join(PARAMETER_AVERAGING_METHODS)}); {v['method']!r} {NOT_PARAMETER_AVERAGING[str(v['method'])]}"
+        )
+    if v["secagg"]:
+        raise ConfigError(
+            f"config key 'aggregation' = {rule!r} needs each client's update, but secagg = true shows the server "
+            "only their sum: use one of them"
+        )
+    sampled = max(int(v["min-clients"]), math.floor(float(v["fraction-fit"]) * int(v["num-partitions"])))
+    needed = min_updates(rule, int(v["byzantine-clients"]))
+    if sampled < needed:
+        raise ConfigError(
+            f"config key 'aggregation' = {rule!r} with byzantine-clients = {v['byzantine-clients']} needs at least "
+            f"{needed} updates a round, but a round samples about {sampled} clients (num-partitions x fraction-fit)"
+        )
+
+
 def _check_secagg(v: dict[str, Scalar]) -> None:
     if v["secagg"]:
         from fedapp.secure_aggregation import check_secagg_config  # noqa: PLC0415 - flwr only when needed
@@ -681,4 +720,5 @@ _CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
     _check_vision_tower,
     _check_dp,
     _check_secagg,
+    _check_aggregation,
 )

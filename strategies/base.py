@@ -36,7 +36,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
 from torch import nn
 
-from fedapp.aggregation import Arrays, metrics_problem, update_problem
+from fedapp.aggregation import Arrays, metrics_problem, update_norm, update_problem
 from fedapp.checkpoint import FILENAME as CHECKPOINT_FILE
 from fedapp.checkpoint import (
     ServerCheckpoint,
@@ -538,6 +538,7 @@ class FedAppStrategy(Strategy):
                     _round_problem(res.metrics, server_round)
                     or update_problem(arrays, res.num_examples, expected)
                     or metrics_problem(res.metrics)
+                    or self._norm_problem(arrays, expected)
                 )
             if problem is not None:
                 self.leave_out(server_round, round_log, proxy, res.metrics, problem)
@@ -545,6 +546,14 @@ class FedAppStrategy(Strategy):
             update = ClientUpdate(proxy.cid, arrays, res.num_examples, dict(res.metrics), up)
             updates.append(self.accept(round_log, update, _num_params(arrays)))
         return sorted(updates, key=reply_order)
+
+    def _norm_problem(self, arrays: Arrays, expected: Arrays | None) -> str | None:
+        """An update farther than ``update-norm-bound`` from the global arrays (a scaled or poisoned one)."""
+        bound = float(self.config["update-norm-bound"])
+        if bound <= 0 or expected is None:
+            return None
+        norm = update_norm(arrays, expected)
+        return None if norm <= bound else f"update norm {norm:.4g} exceeds update-norm-bound = {bound:g}"
 
     def leave_out(
         self, server_round: int, round_log: _RoundLog, proxy: ClientProxy, metrics: dict[str, Scalar], problem: str

@@ -6,12 +6,16 @@ FML and FedKD the shared small model. They differ only in which module that is.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
-from fedapp.aggregation import Arrays, weighted_average
+from fedapp.aggregation import Arrays, min_updates, robust_aggregate
 from fedapp.params import get_arrays
 from strategies.base import ClientUpdate, FedAppStrategy
+
+log = logging.getLogger("flwr.fedapp")
 
 #: FML and FedKD share a small model but score each client on its own local one.
 LOCAL_MODEL_NOTE = "clients are scored on their own local model, which a new client has not trained"
@@ -29,4 +33,24 @@ class SharedModuleStrategy(FedAppStrategy):
         return get_arrays(self.build_shared_module())
 
     def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
-        return weighted_average([(u.arrays, u.num_examples) for u in updates])
+        """The example-weighted mean, or the robust rule named by ``aggregation``."""
+        rule = str(self.config["aggregation"])
+        byzantine = int(self.config["byzantine-clients"])
+        if len(updates) < min_updates(rule, byzantine):
+            # Failures left fewer updates than the rule is sound for: keep the global state.
+            log.warning(
+                "round %d: %d usable updates, fewer than %s with byzantine-clients = %d needs (%d); "
+                "keeping the previous global state",
+                server_round,
+                len(updates),
+                rule,
+                byzantine,
+                min_updates(rule, byzantine),
+            )
+            return self.global_arrays
+        return robust_aggregate(
+            [(u.arrays, u.num_examples) for u in updates],
+            rule,
+            trim_fraction=float(self.config["trim-fraction"]),
+            byzantine=byzantine,
+        )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import http.server
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,10 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 import fedapp.launch as launch_module
 from fedapp.launch import run, stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
+from tests.paths import ROOT
 
 
 class _HealthyHandler(http.server.BaseHTTPRequestHandler):
@@ -186,3 +190,17 @@ def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: no client trained in any of the 1 rounds of untrained (left out: ")
     assert last.endswith("its metrics are of the untrained model; see the clients' errors in the log")
+
+
+ROBUST_COMMAND = re.compile(r"^python -m fedapp\.launch --run-config 'aggregation=.*$", re.MULTILINE)
+
+
+def test_the_readme_robust_aggregation_command_runs_as_written(tmp_path):
+    """The README's command, verbatim, in a fresh folder: three Multi-Krum rounds of ten clients."""
+    (line,) = ROBUST_COMMAND.findall((ROOT / "README.md").read_text())
+    command = [sys.executable, *shlex.split(line)[1:]]  # this environment's python
+    proc = subprocess.run(command, check=False, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["aggregation"] == "multi-krum"
+    assert [r["clients_fit"] for r in read_metrics(run_dir / "metrics.jsonl")] == [10, 10, 10]

@@ -434,6 +434,22 @@ def test_runs_differing_only_in_seed_aggregate_to_mean_and_sample_std(tmp_path: 
     assert "| rounds |" in markdown.split("## Mean")[0]
 
 
+def test_a_run_made_before_a_key_existed_groups_with_runs_at_its_default(tmp_path):
+    old_config = {key: value for key, value in BASE_CONFIG.items() if key != "aggregation"}
+    runs = [
+        write_run(tmp_path, "old-s0", {**old_config, "seed": 0}, curve([0.5], [10], [1.0])),
+        write_run(tmp_path, "new-s1", {**BASE_CONFIG, "seed": 1, "aggregation": "mean"}, curve([0.7], [10], [1.0])),
+        write_run(
+            tmp_path, "median-s0", {**BASE_CONFIG, "seed": 0, "aggregation": "median"}, curve([0.6], [10], [1.0])
+        ),
+    ]
+    groups = report.group_by_seed(report_rows(runs))
+    assert [(g.setting, g.seeds) for g in groups] == [
+        ("fedavg, aggregation=mean", (0, 1)),
+        ("fedavg, aggregation=median", (0,)),
+    ]
+
+
 def test_no_seed_table_when_no_setting_repeats(tmp_path: Path) -> None:
     run = write_run(tmp_path, "one", {**BASE_CONFIG, "seed": 0}, curve([0.5, 0.6], [10, 10], [1.0, 1.0]))
     assert "over seeds" not in report.render_markdown(report_rows([run]))
