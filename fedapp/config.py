@@ -322,9 +322,29 @@ repetitions of one setting (the report's seed groups, the sweep's and the derive
 
 
 def settings_digest(values: Mapping[str, Any]) -> str:
-    """Six hex digits of SHA-256 over every key but :data:`NOT_SETTINGS`."""
-    settings = {key: value for key, value in values.items() if key not in NOT_SETTINGS}
+    """Six hex digits of SHA-256 over the settings that differ from their defaults (but :data:`NOT_SETTINGS`).
+
+    Only non-default values count, so a key added to the schema later (at a default that keeps
+    the old behaviour) leaves every existing name as it was.
+    """
+    settings = {
+        key: value
+        for key, value in values.items()
+        if key not in NOT_SETTINGS and (key not in SCHEMA or value != SCHEMA[key].default)
+    }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
+
+
+def with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with every schema key it lacks at its default: a run made before a key existed
+    ran as that default (report seed groups and sweeps compare runs this way)."""
+    return {**defaults(), **config}
+
+
+def same_setting_key(config: Mapping[str, Any]) -> str:
+    """A text equal for two configs exactly when they differ only in :data:`NOT_SETTINGS` (seed aside)."""
+    settings = {key: value for key, value in with_defaults(config).items() if key not in NOT_SETTINGS}
+    return json.dumps(settings, sort_keys=True, default=str)
 
 
 def defaults() -> dict[str, Scalar]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from fedapp.config import NOT_SETTINGS, defaults
+from fedapp.config import NOT_SETTINGS, same_setting_key, with_defaults
 from fedapp.errors import DataError, FedAppError
 from fedapp.metrics import first_reaching, read_metrics, save_accuracy_figure
 
@@ -425,16 +425,10 @@ class SeedGroup:
         return tuple(int(row.config.get("seed", 0)) for row in self.runs)
 
 
-def _with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with every key it lacks at its default: a run made before a key existed ran as its default."""
-    return {**defaults(), **config}
-
-
 def _setting_key(row: ReportRow) -> str:
     if not row.config:  # an old run folder: nothing to compare, so it stands alone
         return f"run:{row.path}"
-    settings = {key: value for key, value in _with_defaults(row.config).items() if key not in NOT_SETTINGS}
-    return json.dumps(settings, sort_keys=True, default=str)
+    return same_setting_key(row.config)
 
 
 def group_by_seed(rows: Sequence[ReportRow]) -> list[SeedGroup]:
@@ -442,7 +436,7 @@ def group_by_seed(rows: Sequence[ReportRow]) -> list[SeedGroup]:
     grouped: dict[str, list[ReportRow]] = {}
     for row in rows:
         grouped.setdefault(_setting_key(row), []).append(row)
-    firsts = [_with_defaults(members[0].config) for members in grouped.values() if members[0].config]
+    firsts = [with_defaults(members[0].config) for members in grouped.values() if members[0].config]
     varying = sorted(
         key
         for key in {k for config in firsts for k in config} - NOT_SETTINGS - {"method"}
@@ -451,7 +445,7 @@ def group_by_seed(rows: Sequence[ReportRow]) -> list[SeedGroup]:
     groups = []
     for members in grouped.values():
         config = members[0].config
-        filled = _with_defaults(config)
+        filled = with_defaults(config)
         label = ", ".join([members[0].method, *(f"{key}={filled.get(key)}" for key in varying)])
         groups.append(SeedGroup(setting=label if config else members[0].run, runs=tuple(members)))
     return groups

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
+import yaml
 
-from fedapp.config import settings_digest
+from fedapp.config import same_setting_key, settings_digest
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
 from fedapp.report import expand_run_dirs, write_report
@@ -121,6 +122,7 @@ def plan_sweep(
     if not seeds:
         raise ConfigError("--seeds gives no seed")
     axes = list(grid)
+    existing = _existing_runs(Path(results_dir))
     runs: list[SweepRun] = []
     for method in methods or [None]:
         for values in itertools.product(*(grid[key] for key in axes)):
@@ -142,9 +144,30 @@ def plan_sweep(
                     + [f"{key}{_slug(value)}" for key, value in point.items()]
                     + [settings_digest(config), f"s{seed}"]
                 )
+                if not (Path(results_dir) / name).exists():
+                    # The same run made by an earlier version, under the name that version gave it.
+                    name = existing.get((same_setting_key(config), int(seed)), name)
                 prepared = prepare_run({**prepared.overrides, "run-name": name})
                 runs.append(SweepRun(name=name, prepared=prepared))
     return runs
+
+
+def _existing_runs(results_dir: Path) -> dict[tuple[str, int], str]:
+    """``(setting, seed) -> folder name`` of the run folders already in ``results_dir``."""
+    index: dict[tuple[str, int], str] = {}
+    if not results_dir.is_dir():
+        return index
+    for folder in sorted(results_dir.iterdir()):
+        config_path = folder / "config.yaml"
+        if ".incomplete-" in folder.name or not config_path.is_file():
+            continue
+        try:
+            config = yaml.safe_load(config_path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(config, dict):
+            index.setdefault((same_setting_key(config), int(config.get("seed", 0))), folder.name)
+    return index
 
 
 def _finished(run: SweepRun) -> bool:

@@ -7,7 +7,7 @@ import re
 import pytest
 import tomllib
 
-from fedapp.config import SCHEMA, defaults, resolve_run_config, validate
+from fedapp.config import SCHEMA, defaults, resolve_run_config, settings_digest, validate
 from fedapp.errors import ConfigError
 from fedapp.registry import REGISTRY
 from tests.paths import ROOT
@@ -36,6 +36,9 @@ def test_derived_run_names_differ_with_any_setting_but_resume_keeps_the_name():
     assert name(lr=0.02) != base and name(**{"num-rounds": 3}) != base
     assert name(seed=1) == base.replace("-s0", "-s1")  # seeds of one setting share the digest
     assert name(resume=True) == base and name(**{"results-dir": "elsewhere"}) == base
+    # Only non-default values count: a key at its default (as a key added later would be) leaves the name.
+    assert name(aggregation="mean") == base and name(aggregation="median") != base
+    assert settings_digest({"lr": 0.01}) == settings_digest({"lr": 0.01, "aggregation": "mean"})
 
 
 def test_preset_applies_and_explicit_override_wins(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedapp.errors import ConfigError
 from fedapp.sweep import main, parse_grid, plan_sweep
@@ -35,6 +36,22 @@ def test_plan_gives_every_run_its_own_folder_and_seeds_share_a_digest(tmp_path: 
     # A setting outside the grid (here num-rounds) is in the digest: another sweep cannot reuse the folder.
     other = plan_sweep({"num-rounds": 3}, methods=["fedavg"], seeds=[0], grid={"lr": [0.01]}, results_dir=tmp_path)
     assert other[0].name != runs[0].name
+
+
+def test_a_run_made_by_an_earlier_version_is_found_by_its_settings(tmp_path: Path) -> None:
+    """A folder whose config lacks keys added since (at their defaults) and whose name has an older
+    digest is the same run: the plan uses its folder, so a sweep skips or resumes it."""
+    (planned,) = plan_sweep({"num-rounds": 2}, methods=["fedavg"], seeds=[1], results_dir=tmp_path)
+    config = planned.prepared.config.as_dict()
+    old = {key: value for key, value in config.items() if key not in ("aggregation", "update-norm-bound")}
+    (tmp_path / "fedavg-0ld000-s1").mkdir()
+    (tmp_path / "fedavg-0ld000-s1" / "config.yaml").write_text(yaml.safe_dump(old))
+    (again,) = plan_sweep({"num-rounds": 2}, methods=["fedavg"], seeds=[1], results_dir=tmp_path)
+    assert again.name == "fedavg-0ld000-s1" and again.prepared.run_dir == tmp_path.resolve() / again.name
+    # Another seed or setting is another run.
+    (seed0,) = plan_sweep({"num-rounds": 2}, methods=["fedavg"], seeds=[0], results_dir=tmp_path)
+    (other,) = plan_sweep({"num-rounds": 3}, methods=["fedavg"], seeds=[1], results_dir=tmp_path)
+    assert seed0.name == planned.name.replace("-s1", "-s0") and other.name not in (planned.name, again.name)
 
 
 def test_every_run_is_validated_before_any_starts(tmp_path: Path) -> None:
