@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -427,3 +428,21 @@ def test_make_node_keys_never_overwrites_a_key(tmp_path):
     done = run([MAKE_NODE_KEYS, out, "node-0"])
     assert done.returncode != 0 and "exists" in done.stderr
     assert (out / "node-0").read_bytes() == before
+
+
+def published(port: str, env: dict[str, str]) -> tuple[str, str, str]:
+    """``(host address, host port, container port)`` of a short-syntax port, with ``${VAR:-default}`` resolved."""
+    resolved = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1), m.group(2)), port)
+    host, host_port, container_port = resolved.rsplit(":", 2)
+    return host, host_port, container_port
+
+
+@pytest.mark.parametrize("config", compose_configs())
+def test_only_the_superlink_publishes_a_port_and_on_loopback_by_default(config):
+    """Fleet and Control share port 9092 in Flower 1.42: by default it is reachable from this host only,
+    and FEDAPP_SUPERLINK_BIND moves it to the interface the devices use; no SuperNode publishes anything."""
+    services = config["services"]
+    assert [name for name, service in services.items() if service.get("ports")] == ["superlink"]
+    (port,) = services["superlink"]["ports"]
+    assert published(port, {}) == ("127.0.0.1", "9092", "9092")
+    assert published(port, {"FEDAPP_SUPERLINK_BIND": "10.0.0.5"}) == ("10.0.0.5", "9092", "9092")
