@@ -102,6 +102,14 @@ def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
         stop_processes(superlink_pids(home))
 
 
+def launch(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m fedapp.launch ARGS`` as a user types it, in ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "fedapp.launch", *args],
+        check=False, capture_output=True, text=True, timeout=timeout, cwd=cwd,
+    )  # fmt: skip
+
+
 USER_CONFIG_TOML = '[superlink]\ndefault = "lab"\n\n[superlink.lab]\naddress = "lab.example.org:9093"\n'
 RUN_NAME_LINE = (
     "error: config key 'run-name' = {!r} must be a single folder name (no '/', '\\', '..' or surrounding "
@@ -131,11 +139,9 @@ def test_bad_launcher_input_is_one_line_and_writes_nothing(tmp_path, run_config,
     """Through the user's entry point: one 'error:' line, exit 2, nothing written anywhere."""
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(work / "home"),
-         "--run-config", f'results-dir="{work / "results"}" {run_config}'],
-        check=False, capture_output=True, text=True, timeout=120, cwd=work,
-    )  # fmt: skip
+    proc = launch(
+        "--flwr-home", str(work / "home"), "--run-config", f'results-dir="{work / "results"}" {run_config}', cwd=work
+    )
     assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [line])
     assert list(work.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["work"]
     assert not Path("/tmp/escaped-absolute").exists()
@@ -145,10 +151,7 @@ def test_the_launcher_never_rewrites_a_flower_home_it_did_not_make(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.toml").write_text(USER_CONFIG_TOML)
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--run-config", "num-rounds=1"],
-        check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+    proc = launch("--flwr-home", str(home), "--run-config", "num-rounds=1", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: --flwr-home {home} already holds a Flower config.toml of its own; give a new or empty folder "
@@ -165,11 +168,7 @@ def test_the_launcher_refuses_to_run_over_a_finished_run(tmp_path):
     folder.mkdir(parents=True)
     (folder / "metrics.jsonl").write_text('{"round": 1}\n')
     (folder / "config.yaml").write_text("lr: 0.5\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedapp.launch", "--run-config",
-         f'results-dir="{tmp_path / "results"}" run-name="exp1" num-rounds=1'],
-        check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+    proc = launch("--run-config", f'results-dir="{tmp_path / "results"}" run-name="exp1" num-rounds=1', cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: run folder {folder} already holds a run (metrics.jsonl): set resume=true to continue it, "
@@ -180,12 +179,11 @@ def test_the_launcher_refuses_to_run_over_a_finished_run(tmp_path):
 
 def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path):
     """Every client fails every round (its state folder cannot be written): the launcher says so, exit 2."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedapp.launch", "--run-config",
-         f'results-dir="{tmp_path / "results"}" run-name="untrained" num-rounds=1 num-partitions=2 '
-         'model="cnn-5" state="disk" state-dir="/proc/fedapp-unwritable"'],
-        check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+    run_config = (
+        f'results-dir="{tmp_path / "results"}" run-name="untrained" num-rounds=1 num-partitions=2 '
+        'model="cnn-5" state="disk" state-dir="/proc/fedapp-unwritable"'
+    )
+    proc = launch("--run-config", run_config, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: no client trained in any of the 1 rounds of untrained (left out: ")
