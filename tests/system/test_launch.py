@@ -181,7 +181,7 @@ def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path
     """Every client fails every round (its state folder cannot be written): the launcher says so, exit 2."""
     run_config = (
         f'results-dir="{tmp_path / "results"}" run-name="untrained" num-rounds=1 num-partitions=2 '
-        'model="cnn-5" state="disk" state-dir="/proc/fedapp-unwritable"'
+        'method="standalone" model="cnn-5" state="disk" state-dir="/proc/fedapp-unwritable"'
     )
     proc = launch("--run-config", run_config, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
