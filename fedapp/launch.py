@@ -37,7 +37,7 @@ import tomli_w
 
 from fedapp.config import APP_ROOT, RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError
-from fedapp.metrics import check_clients_trained, held_results
+from fedapp.metrics import check_clients_trained, check_run_folder
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
 
@@ -250,19 +250,6 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
     return PreparedRun(overrides=overrides, config=config, run_dir=results / config.run_name)
 
 
-def check_run_folder(prepared: PreparedRun) -> None:
-    """Refuse here, in a second, what the ServerApp would refuse after Flower's start-up: a fresh run
-    into a folder that holds results, or a resume of a folder that does not exist."""
-    run_dir = prepared.run_dir
-    if not prepared.config["resume"] and (held := held_results(run_dir)):
-        raise FedAppError(
-            f"run folder {run_dir} already holds a run ({', '.join(held)}): set resume=true to continue it, "
-            "or choose another run-name (results are never overwritten)"
-        )
-    if prepared.config["resume"] and not run_dir.is_dir():
-        raise FedAppError(f"resume=true, but run folder {run_dir} does not exist: nothing to resume")
-
-
 @contextlib.contextmanager
 def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
     """A Flower home whose ``local`` connection runs simulations on a private local SuperLink.
@@ -366,7 +353,8 @@ def run(
     """
     check_client_resources(cpus_per_client, gpus_per_client, visible_gpus() if gpus_per_client else None)
     prepared = prepare_run(overrides, num_clients)
-    check_run_folder(prepared)
+    # What the ServerApp would refuse after Flower's start-up, refused here in a second.
+    check_run_folder(prepared.run_dir, resume=bool(prepared.config["resume"]))
     with local_federation(flwr_home) as env:
         return submit(
             prepared,

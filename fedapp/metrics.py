@@ -178,6 +178,23 @@ def held_results(directory: Path) -> list[str]:
     return [name for name in RESULT_FILES if (directory / name).is_file() and (directory / name).stat().st_size > 0]
 
 
+def check_run_folder(directory: Path, *, resume: bool) -> None:
+    """Refuse a fresh run into a folder that holds results, or a resume of one that does not exist.
+
+    Raises
+    ------
+    StateError
+        Naming the folder and what to do instead; nothing is written either way.
+    """
+    if not resume and (held := held_results(directory)):
+        raise StateError(
+            f"run folder {directory} already holds a run ({', '.join(held)}): set resume=true to "
+            "continue it, or choose another run-name (results are never overwritten)"
+        )
+    if resume and not directory.is_dir():
+        raise StateError(f"resume=true, but run folder {directory} does not exist: nothing to resume")
+
+
 class RunRecorder:
     """Writes a run's results folder as rounds complete.
 
@@ -197,13 +214,7 @@ class RunRecorder:
         fresh: bool = True,
     ):
         self.directory = Path(results_dir).expanduser() / run_name
-        if fresh and (held := held_results(self.directory)):
-            raise StateError(
-                f"run folder {self.directory} already holds a run ({', '.join(held)}): set resume=true to "
-                "continue it, or choose another run-name (results are never overwritten)"
-            )
-        if not fresh and not self.directory.is_dir():
-            raise StateError(f"resume=true, but run folder {self.directory} does not exist: nothing to resume")
+        check_run_folder(self.directory, resume=not fresh)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as err:

@@ -481,28 +481,22 @@ def _group_generalization(runs: Sequence[ReportRow]) -> str:
     return MISSING
 
 
-def _group_to_target(runs: Sequence[ReportRow], values: Sequence[float | None], digits: int) -> str:
+def _group_to_target(runs: Sequence[ReportRow], values: Sequence[float | None], digits: int, fmt: Any = None) -> str:
+    """Mean ± std of ``values`` over the runs that reached the target (reached/runs); ``fmt``
+    formats a number (default: ``digits`` decimals)."""
     if all(row.target is None for row in runs):
         return MISSING
-    reached = [value for value in values if value is not None]
+    reached = [value for value, row in zip(values, runs, strict=True) if row.rounds_to_target is not None]
     if not reached:
         return f"{NOT_REACHED} (0/{len(runs)})"
-    return f"{fmt_mean_std(reached, digits)} ({len(reached)}/{len(runs)})"
-
-
-def _group_flops_to_target(runs: Sequence[ReportRow]) -> str:
-    """Like :func:`_group_to_target`, in FLOPs units (``1.23T ± 0.10T``)."""
-    if all(row.target is None for row in runs):
-        return MISSING
-    reached = [row.flops_to_target for row in runs if row.rounds_to_target is not None]
-    if not reached:
-        return f"{NOT_REACHED} (0/{len(runs)})"
+    if fmt is None:
+        return f"{fmt_mean_std(reached, digits)} ({len(reached)}/{len(runs)})"
     stats = mean_std(reached)
-    if stats is None:  # reached, but the runs did not count FLOPs
+    if stats is None:  # reached, but the runs did not record this figure
         return MISSING
     mean, std, _ = stats
-    spread = "" if len(reached) == 1 else f" ± {fmt_count(std)}"
-    return f"{fmt_count(mean)}{spread} ({len(reached)}/{len(runs)})"
+    spread = "" if len(reached) == 1 else f" ± {fmt(std)}"
+    return f"{fmt(mean)}{spread} ({len(reached)}/{len(runs)})"
 
 
 def render_seed_table(groups: Sequence[SeedGroup]) -> str:
@@ -525,7 +519,7 @@ def render_seed_table(groups: Sequence[SeedGroup]) -> str:
                 _group_to_target(runs, [r.rounds_to_target for r in runs], 1),
                 _group_to_target(runs, [r.seconds_to_target for r in runs], 1),
                 _group_to_target(runs, [r.mb_to_target for r in runs], 2),
-                _group_flops_to_target(runs),
+                _group_to_target(runs, [r.flops_to_target for r in runs], 0, fmt_count),
             ]
         )
     return markdown_table(SEED_HEADER, body)
