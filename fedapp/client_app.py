@@ -3,13 +3,23 @@
 Node config keys (``--node-config`` of ``flower-supernode``, or set by the
 simulation engine): ``partition-id`` and ``num-partitions`` pick this node's
 share of the configured source; ``data-dir`` instead points at the node's own
-files; ``state-dir`` overrides where personal state is written.
+files; ``state-dir`` and ``cache-dir`` are where the node writes.
+
+A node's paths are the node's: on a SuperNode, personal state, caches and
+downloads go under the node config's ``state-dir`` and ``cache-dir`` (or their
+defaults on the device), never where a submitted run config says. Only in a
+simulation (or a script that builds clients itself), where the user who starts
+the run owns every node, do the run config's ``state-dir`` and ``cache-dir`` apply.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +28,8 @@ from flwr.client import Client, ClientApp
 from flwr.common import Context
 
 from fedapp.clientdata import load_client_data
-from fedapp.config import RunConfig, resolve_run_config
+from fedapp.config import SCHEMA, RunConfig, resolve_run_config
+from fedapp.data.arrays import resolve_cache_dir
 from fedapp.errors import ConfigError
 from fedapp.privacy import dp_clipping_mod
 from fedapp.registry import client_class
@@ -39,6 +50,52 @@ def node_partition(node_config: Mapping[str, Any], config: RunConfig) -> tuple[i
     return partition_id, num_partitions
 
 
+log = logging.getLogger("flwr.fedapp")
+
+NODE_WRITE_KEYS = ("state-dir", "cache-dir")
+"""Run config keys naming where a client writes: on a SuperNode the node config decides them."""
+
+
+def default_state_root() -> str:
+    """A SuperNode's state root when its node config names none: ``$XDG_STATE_HOME/fedapp``."""
+    return str(Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "fedapp")
+
+
+def on_supernode() -> bool:
+    """Whether this process is a SuperNode's ClientApp process (``flwr-clientapp``), as
+    opposed to a simulation worker or a script that builds clients itself."""
+    return Path(sys.argv[0]).name == "flwr-clientapp"
+
+
+def node_view(config: RunConfig, node_config: Mapping[str, Any], supernode: bool) -> RunConfig:
+    """``config`` with the paths this node writes to chosen by the node.
+
+    In a simulation (or a script of the user's) the run config's ``state-dir`` and
+    ``cache-dir`` apply unless the node config sets them. On a SuperNode
+    (``supernode``) they come from the node config or the
+    device's defaults (``$XDG_STATE_HOME/fedapp``, ``FEDAPP_CACHE_DIR`` or
+    ``~/.cache/fedapp``), and downloads go to ``<cache-dir>/downloads``. The run name
+    is pinned first, so a derived name is the same as the server's.
+    """
+    values = {**config.as_dict(), "run-name": config.run_name}
+    if not supernode:
+        for key in NODE_WRITE_KEYS:
+            if key in node_config:
+                values[key] = str(node_config[key])
+        return RunConfig(values)
+    ignored = [key for key in NODE_WRITE_KEYS if config[key] != SCHEMA[key].default and key not in node_config]
+    if ignored:
+        log.warning(
+            "run config %s not used on this SuperNode: a node writes only where its own node config says",
+            ", ".join(f"{key}={config[key]!r}" for key in ignored),
+        )
+    values["state-dir"] = str(node_config.get("state-dir", default_state_root()))
+    values["cache-dir"] = str(resolve_cache_dir(str(node_config.get("cache-dir", ""))))
+    if config["download"]:
+        values["data-dir"] = str(Path(values["cache-dir"]) / "downloads")
+    return RunConfig(values)
+
+
 def flower_state_store(state: RecordDict) -> MemoryStateStore:
     """A state store over a node's ``Context.state`` (kept by Flower across rounds)."""
     return MemoryStateStore(
@@ -49,10 +106,10 @@ def flower_state_store(state: RecordDict) -> MemoryStateStore:
 
 
 def make_store(context: Context, config: RunConfig, partition_id: int) -> StateStore:
-    """The client's state store: the node's Context, or files under the state dir."""
+    """The client's state store: the node's Context, or files under the state dir
+    (``config`` as :func:`node_view` gives it)."""
     if config["state"] == "disk":
-        root = str(context.node_config.get("state-dir", config["state-dir"]))
-        return DiskStateStore(root, config.run_name, partition_id)
+        return DiskStateStore(str(config["state-dir"]), config.run_name, partition_id)
     return flower_state_store(context.state)
 
 
@@ -85,6 +142,7 @@ def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown
 
     def client_fn(context: Context) -> Client:
         config = resolved_config({**context.run_config, **(overrides or {})}, ignore_unknown)
+        config = node_view(config, context.node_config, on_supernode())
         partition_id, num_partitions = node_partition(context.node_config, config)
         local_dir = str(context.node_config.get("data-dir", ""))
         data = load_client_data(config, partition_id, num_partitions, local_dir)

@@ -15,7 +15,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageOps
 
 from fedapp.errors import DataError
 
@@ -126,13 +126,82 @@ def resize_images(images: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+ALPHA_BACKGROUND = (255, 255, 255)
+"""What shows through transparent pixels: white, as a viewer shows an image on a page."""
+
+_INTEGER_GREY = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535}
+
+
+def _grey_to_uint8(values: np.ndarray, full_scale: float) -> np.ndarray:
+    scaled = np.nan_to_num(values.astype(np.float64) * (255.0 / full_scale), nan=0.0)
+    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
+
+
+def _high_depth_grey(image: Image.Image) -> Image.Image:
+    """16-bit, 32-bit integer and float grey images as 8-bit ``L``, scaled by their range.
+
+    ``I;16*`` spans 0..65535. ``I`` (32-bit) holds 8-bit data when every value fits in
+    0..255, 16-bit data (e.g. a 16-bit PNG or TIFF) when every value fits in 0..65535,
+    and is scaled by its maximum otherwise. ``F`` spans 0..1 when every value does, and
+    0..255 otherwise. PIL's own conversion clips all of these at 255 instead.
+    """
+    values = np.asarray(image)
+    if image.mode in _INTEGER_GREY:
+        full_scale = _INTEGER_GREY[image.mode]
+    else:
+        finite = values[np.isfinite(values)] if image.mode == "F" else values
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+        if image.mode == "F":
+            full_scale = 1.0 if low >= 0.0 and high <= 1.0 else 255.0
+        else:
+            full_scale = 255.0 if high <= 255 else 65535.0 if high <= 65535 else high
+    return Image.fromarray(_grey_to_uint8(values, full_scale), mode="L")
+
+
+def _unpremultiplied_la(image: Image.Image) -> Image.Image:
+    """``La`` (grey with premultiplied alpha), which PIL cannot convert, as ``RGBA``."""
+    grey, alpha = (np.asarray(band, dtype=np.float64) for band in image.split())
+    straight = np.where(alpha > 0, grey * 255.0 / np.maximum(alpha, 1.0), 0.0)
+    grey_band = Image.fromarray(np.clip(np.rint(straight), 0, 255).astype(np.uint8), mode="L")
+    return Image.merge("RGBA", (grey_band, grey_band, grey_band, image.getchannel("a")))
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any image PIL opens, as the ``RGB`` image a viewer would show.
+
+    EXIF orientation is applied; 16-bit, 32-bit and float grey keep their tones
+    (:func:`_high_depth_grey`); CIE LAB goes through a colour transform (PIL would copy
+    the channels); images with transparency (``RGBA``, ``LA``, ``PA``, premultiplied
+    ``RGBa``/``La``, palette or grey with a transparent colour) are composited over
+    :data:`ALPHA_BACKGROUND` instead of showing whatever colour hides under the alpha.
+    """
+    image = ImageOps.exif_transpose(image)
+    if image.mode in _INTEGER_GREY or image.mode in ("I", "F"):
+        image = _high_depth_grey(image)
+    if image.mode == "LAB":
+        from PIL import ImageCms  # noqa: PLC0415 - LittleCMS is loaded only for the rare LAB image
+
+        lab_to_srgb = ImageCms.buildTransform(
+            ImageCms.createProfile("LAB"), ImageCms.createProfile("sRGB"), "LAB", "RGB"
+        )
+        return ImageCms.applyTransform(image, lab_to_srgb)
+    if image.mode == "La":
+        image = _unpremultiplied_la(image)
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa") or "transparency" in image.info
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (*ALPHA_BACKGROUND, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
 def pil_to_rgb_array(image: Image.Image, size: int) -> np.ndarray:
     """Convert a PIL image to an RGB ``uint8`` array of shape ``(size, size, 3)``.
 
     Parameters
     ----------
     image : PIL.Image.Image
-        Any mode; palette, grey and alpha images are converted to RGB.
+        Any mode PIL opens, decoded as :func:`to_rgb` says.
     size : int
         Target height and width (bilinear resize).
 
@@ -141,7 +210,7 @@ def pil_to_rgb_array(image: Image.Image, size: int) -> np.ndarray:
     np.ndarray
         The converted image.
     """
-    rgb = image.convert("RGB")
+    rgb = to_rgb(image)
     if rgb.size != (size, size):
         rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
     return np.asarray(rgb, dtype=np.uint8)

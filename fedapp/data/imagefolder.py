@@ -28,10 +28,11 @@ from fedapp.data.arrays import (
 )
 from fedapp.errors import DataError
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"})
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
-# Bump when the cached arrays change meaning, so stale caches are not reused.
-_CACHE_FORMAT = 1
+# Bump when the cached arrays change meaning, so stale caches are not reused
+# (2: decoded by fedapp.data.arrays.to_rgb: EXIF orientation, high-depth grey, alpha).
+_CACHE_FORMAT = 2
 
 ImageFile = tuple[Path, int]
 

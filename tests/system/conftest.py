@@ -59,7 +59,8 @@ def loopback(tmp_path_factory):
         wait_for(lambda: healthy(f"http://127.0.0.1:{link_port}/health"), "the SuperLink becoming healthy")
         for pid in range(2):
             node = ["--insecure", "--superlink", f"127.0.0.1:{link_port}", "--port", str(free_port())]
-            node += ["--node-config", f'partition-id={pid} num-partitions=2 state-dir="{root / f"state-{pid}"}"']
+            paths = f'state-dir="{root / f"state-{pid}"}" cache-dir="{root / f"cache-{pid}"}"'
+            node += ["--node-config", f"partition-id={pid} num-partitions=2 {paths}"]
             processes.start(f"supernode-{pid}", [str(BIN / "flower-supernode"), *node])
         (root / "flwr-home/config.toml").write_text(connection_toml("loopback", f"127.0.0.1:{link_port}"))
         federation = Loopback(env=env, processes=processes, root=root)

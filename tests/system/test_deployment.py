@@ -42,6 +42,15 @@ def runs(loopback):
     }
 
 
+@pytest.fixture(scope="module")
+def submitted_paths_run(loopback):
+    """A run whose config names state and cache folders of its own choosing on the nodes."""
+    escape = loopback.root / "submitted"
+    config = 'method="standalone" state="disk" num-rounds=1 num-partitions=2 run-name="node-paths"'
+    config += f' results-dir="{loopback.root / "results"}" state-dir="{escape / "state"}"'
+    return escape, loopback.submit(config)
+
+
 @pytest.mark.parametrize("method", CASES)
 def test_two_rounds_over_loopback(loopback, runs, method):
     rows = run_metrics(loopback.root / "results", method, runs[method].result(), loopback.processes)
@@ -52,3 +61,13 @@ def test_two_rounds_over_loopback(loopback, runs, method):
     assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows)
     if method == "fedavg":
         assert rows[-1]["acc_mean"] > 0.1  # better than chance on 10 classes after 2 rounds
+
+
+def test_supernodes_write_only_under_their_own_node_config(loopback, submitted_paths_run):
+    escape, run = submitted_paths_run
+    rows = run_metrics(loopback.root / "results", "node-paths", run.result(), loopback.processes)
+    assert rows[-1]["clients_fit"] == 2
+    assert not escape.exists(), "a SuperNode wrote where the submitted run config said"
+    for pid in range(2):
+        assert list((loopback.root / f"state-{pid}" / "node-paths" / f"partition-{pid}").glob("*.npz"))
+    assert "not used on this SuperNode" in loopback.processes.log("supernode-0")
