@@ -34,6 +34,10 @@ FILENAME = "checkpoint.npz"
 #: not change what the remaining rounds compute.
 RESUMABLE_CHANGES = frozenset({"num-rounds", "resume", "results-dir", "device", "target-accuracy", "preset"})
 
+META_KEYS = frozenset({"format", "round", "config", "num_global_arrays", "state_names", "totals", "records", "rng"})
+TOTALS = frozenset({"mb_cumulative", "mb_eval_cumulative", "params_cumulative", "flops_cumulative"})
+RNG_ARRAYS = ("numpy_keys", "torch")
+
 
 @dataclass
 class ServerCheckpoint:
@@ -119,12 +123,17 @@ def load_checkpoint(path: str | os.PathLike) -> ServerCheckpoint:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
         found = meta.get("format") if isinstance(meta, dict) else None
         raise StateError(f"checkpoint {path} has format {found!r}; this version reads format {FORMAT_VERSION}")
+    unknown = sorted(set(meta) - META_KEYS)
+    if unknown:
+        raise StateError(f"checkpoint {path} has fields this version does not know: {', '.join(unknown)}")
     try:
-        global_arrays = [stored[f"global/{i}"] for i in range(int(meta["num_global_arrays"]))]
-        state = {name: stored[f"state/{name}"] for name in meta["state_names"]}
+        global_arrays = [stored.pop(f"global/{i}") for i in range(int(meta["num_global_arrays"]))]
+        state = {name: stored.pop(f"state/{name}") for name in meta["state_names"]}
         rng = dict(meta["rng"])
-        rng.update({name: stored[f"rng/{name}"] for name in ("numpy_keys", "torch") if f"rng/{name}" in stored})
-        return ServerCheckpoint(
+        rng.update({name: stored.pop(f"rng/{name}") for name in RNG_ARRAYS if f"rng/{name}" in stored})
+        if stored:
+            raise StateError(f"checkpoint {path} holds arrays it does not list: {', '.join(sorted(stored))}")
+        checkpoint = ServerCheckpoint(
             round=int(meta["round"]),
             config=dict(meta["config"]),
             global_arrays=global_arrays,
@@ -133,15 +142,48 @@ def load_checkpoint(path: str | os.PathLike) -> ServerCheckpoint:
             records=list(meta["records"]),
             rng=rng,
         )
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise StateError(f"checkpoint {path} is incomplete ({err!r} missing or malformed)") from err
+    check_contents(checkpoint, path)
+    return checkpoint
+
+
+def check_contents(checkpoint: ServerCheckpoint, path: str | os.PathLike) -> None:
+    """Refuse a checkpoint whose fields are out of range, whatever wrote it: a negative or
+    records that are not increasing rounds in 1..round, unknown or negative or
+    non-finite totals, and global or strategy arrays with NaN or infinite values."""
+    where = f"checkpoint {path}"
+    if checkpoint.round < 0:
+        raise StateError(f"{where} says {checkpoint.round} rounds completed; a round count is >= 0")
+    rounds = [record.get("round") if isinstance(record, dict) else None for record in checkpoint.records]
+    in_range = all(isinstance(r, int) and 1 <= r <= checkpoint.round for r in rounds)
+    if not in_range or rounds != sorted(set(rounds)):
+        raise StateError(f"{where} records rounds {rounds[:8]}; expected increasing rounds in 1..{checkpoint.round}")
+    unknown = sorted(set(checkpoint.totals) - TOTALS)
+    if unknown:
+        raise StateError(f"{where} has totals this version does not know: {', '.join(unknown)}")
+    bad = sorted(name for name, value in checkpoint.totals.items() if not np.isfinite(value) or value < 0)
+    if bad:
+        raise StateError(f"{where} has negative or non-finite totals: {', '.join(bad)}")
+    named = [(f"global/{i}", a) for i, a in enumerate(checkpoint.global_arrays)]
+    named += [(f"state/{name}", a) for name, a in checkpoint.strategy_state.items()]
+    for name, array in named:
+        if array.dtype.kind not in "biuf":
+            raise StateError(f"{where}: array {name} has dtype {array.dtype}; model arrays are numbers")
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise StateError(f"{where}: array {name} holds NaN or infinite values")
 
 
 def check_resumable(checkpoint: ServerCheckpoint, config: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Refuse to continue a run under settings that would compute something else."""
+    """Refuse to continue a run under settings that would compute something else, or past its end."""
     method = str(config["method"])
     if checkpoint.method != method:
         raise StateError(f"checkpoint {path} belongs to method {checkpoint.method!r}, not {method!r}")
+    if checkpoint.round > int(config["num-rounds"]):
+        raise StateError(
+            f"checkpoint {path} completed {checkpoint.round} rounds, more than num-rounds = {config['num-rounds']};"
+            " set num-rounds to at least that many to continue"
+        )
     changed = sorted(
         key
         for key in set(checkpoint.config) | set(config)
@@ -150,3 +192,20 @@ def check_resumable(checkpoint: ServerCheckpoint, config: Mapping[str, Any], pat
     if changed:
         details = ", ".join(f"{k}: {checkpoint.config.get(k)!r} -> {config.get(k)!r}" for k in changed)
         raise StateError(f"checkpoint {path} was written under other settings ({details}); resume with the same ones")
+
+
+def check_state_shapes(
+    stored: Mapping[str, np.ndarray], fresh: Mapping[str, np.ndarray], path: str | os.PathLike
+) -> None:
+    """Refuse strategy state with names or shapes other than the method's own (``fresh``;
+    empty when the method has not built its state yet, which then checks it on loading)."""
+    if not fresh:
+        return
+    unknown, missing = sorted(set(stored) - set(fresh)), sorted(set(fresh) - set(stored))
+    if stored and (unknown or missing):
+        raise StateError(f"checkpoint {path}: strategy state unknown {unknown}, missing {missing}")
+    wrong = [name for name in stored if np.shape(stored[name]) != np.shape(fresh[name])]
+    if wrong:
+        raise StateError(
+            f"checkpoint {path}: strategy state {', '.join(wrong)} has other shapes than this method builds"
+        )

@@ -41,6 +41,7 @@ from fedapp.checkpoint import FILENAME as CHECKPOINT_FILE
 from fedapp.checkpoint import (
     ServerCheckpoint,
     check_resumable,
+    check_state_shapes,
     load_checkpoint,
     restore_rng_state,
     rng_state,
@@ -294,6 +295,7 @@ class FedAppStrategy(Strategy):
         fresh = self.initial_arrays()
         if [(a.shape, a.dtype) for a in fresh] != [(a.shape, a.dtype) for a in checkpoint.global_arrays]:
             raise StateError(f"checkpoint {path} holds global arrays of other shapes than this method builds")
+        check_state_shapes(checkpoint.strategy_state, self.strategy_state(), path)
         self.load_strategy_state(checkpoint.strategy_state)
         self._global = checkpoint.global_arrays
         self._mb_cumulative = checkpoint.totals["mb_cumulative"]
