@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
-from flwr.client import Client, ClientApp
+from flwr.client import Client, ClientApp, NumPyClient
 from flwr.common import Context
 
-from fedapp.clientdata import load_client_data
+from fedapp.clientdata import CLASS_NAMES_KEY, ClientData, check_class_agreement, load_client_data
 from fedapp.config import SCHEMA, RunConfig, resolve_run_config
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.errors import ConfigError
@@ -113,6 +113,30 @@ def make_store(context: Context, config: RunConfig, partition_id: int) -> StateS
     return flower_state_store(context.state)
 
 
+class AgreementCheckedClient(NumPyClient):
+    """A method's client that first checks that its classes are the server's (the names
+    every instruction carries), so that a node whose own folders differ is refused with
+    both lists instead of training with swapped labels."""
+
+    def __init__(self, client: NumPyClient, data: ClientData) -> None:
+        self.client = client
+        self.data = data
+
+    def get_properties(self, config):
+        return self.client.get_properties(config)
+
+    def get_parameters(self, config):
+        return self.client.get_parameters(config)
+
+    def fit(self, parameters, config):
+        check_class_agreement(self.data, config.get(CLASS_NAMES_KEY))
+        return self.client.fit(parameters, config)
+
+    def evaluate(self, parameters, config):
+        check_class_agreement(self.data, config.get(CLASS_NAMES_KEY))
+        return self.client.evaluate(parameters, config)
+
+
 def resolved_config(values: Mapping[str, Any], ignore_unknown: bool) -> RunConfig:
     """:func:`resolve_run_config`, validated once per process for each distinct run config.
 
@@ -148,7 +172,7 @@ def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown
         data = load_client_data(config, partition_id, num_partitions, local_dir)
         store = make_store(context, config, partition_id)
         client = client_class(str(config["method"]))(config, data, store, select_device(str(config["device"])))
-        return client.to_client()
+        return AgreementCheckedClient(client, data).to_client()
 
     return client_fn
 

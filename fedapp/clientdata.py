@@ -8,7 +8,9 @@ serves many clients decodes and partitions the source once.
 from __future__ import annotations
 
 import functools
+import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +75,42 @@ class ClientData:
     def label_counts(self) -> np.ndarray:
         """Examples per class in the training split (the client's label prior)."""
         return np.bincount(self.splits["train"].labels, minlength=self.num_classes)
+
+
+CLASS_NAMES_KEY = "class-names"
+"""Instruction key carrying the server's class names, in label order, to every sampled client."""
+
+
+def encode_class_names(names: Sequence[str]) -> str:
+    """The server's class names as one instruction value (JSON, so any folder name survives)."""
+    return json.dumps(list(names))
+
+
+def check_class_agreement(data: ClientData, server_names: str | None) -> None:
+    """Refuse to train or evaluate when this client's classes are not the server's.
+
+    A node that loads its own ``data-dir`` takes its classes from its folder names;
+    one folder missing, extra, renamed or cased differently would shift every label
+    after it, and the node would train with swapped labels. ``server_names`` is
+    :func:`encode_class_names` of the server's list (None: a server that sends none).
+    """
+    if server_names is None:
+        return
+    server = json.loads(server_names)
+    local = [*data.class_names, *data.novel_class_names]
+    if local == server:
+        return
+    missing = [name for name in server if name not in local]
+    unknown = [name for name in local if name not in server]
+    if not missing and not unknown:
+        problem = "the same names in another order"
+    else:
+        by_case = {name.casefold() for name in server} == {name.casefold() for name in local}
+        problem = "names that differ in case" if by_case else f"missing {missing}, not the server's {unknown}"
+    raise DataError(
+        f"client {data.partition_id}: its classes {local} are not the server's {server} ({problem}); "
+        "labels would be swapped: with its own data-dir a node needs one folder per server class, named exactly alike"
+    )
 
 
 def _source_key(config: RunConfig) -> tuple:

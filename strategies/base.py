@@ -47,7 +47,7 @@ from fedapp.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from fedapp.clientdata import check_data
+from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names
 from fedapp.config import RunConfig, domain_of_partition, held_out_partitions
 from fedapp.errors import ConfigError, StateError
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
@@ -328,6 +328,11 @@ class FedAppStrategy(Strategy):
         """Per-round instructions sent with the global arrays."""
         return {"server-round": server_round}
 
+    def agreement_config(self) -> dict[str, Scalar]:
+        """What every instruction carries so that a client checks its data agrees with the
+        server's (its classes, in label order) before it trains or evaluates."""
+        return {CLASS_NAMES_KEY: encode_class_names(self.class_names)}
+
     def skip_round(self, server_round: int, reason: str) -> None:
         """Note that ``server_round`` produced no aggregate (the global state stays), and why."""
         round_log = self._round_log.setdefault(server_round, _RoundLog())
@@ -355,7 +360,7 @@ class FedAppStrategy(Strategy):
     ) -> list[tuple[ClientProxy, FitIns]]:
         self._round_log[server_round] = _RoundLog()
         clients = self._sample(server_round, client_manager, float(self.config["fraction-fit"]), salt=0, training=True)
-        fit_ins = FitIns(parameters, self.fit_config(server_round))
+        fit_ins = FitIns(parameters, {**self.fit_config(server_round), **self.agreement_config()})
         round_log = self._round_log[server_round]
         round_log.bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
         round_log.params_down = [_num_params(decode_parameters(parameters.tensors))] * len(clients)
@@ -404,7 +409,7 @@ class FedAppStrategy(Strategy):
         clients = self._sample(
             server_round, client_manager, float(self.config["fraction-evaluate"]), salt=1, training=False
         )
-        ins = EvaluateIns(parameters, {"server-round": server_round})
+        ins = EvaluateIns(parameters, {"server-round": server_round, **self.agreement_config()})
         round_log = self._round_log.setdefault(server_round, _RoundLog())
         round_log.bytes_eval_down = payload_bytes(parameters.tensors) * len(clients)
         return [(client, ins) for client in clients]

@@ -32,3 +32,12 @@ def _no_processes(monkeypatch):
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
         if hasattr(os, name):
             monkeypatch.setattr(os, name, _refuse)
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Messages built outside a running SuperLink (a ClientApp called directly) need a task identity."""
+    from flwr.supercore.task_identity import TaskIdentity  # noqa: PLC0415 - only ClientApp tests pay the import
+
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, name, value)

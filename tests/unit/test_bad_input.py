@@ -14,18 +14,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.common import Code, EvaluateRes, FitRes, Status, ndarrays_to_parameters
+from flwr.common import (
+    Code,
+    Context,
+    EvaluateRes,
+    FitRes,
+    Message,
+    MessageType,
+    RecordDict,
+    Status,
+    ndarrays_to_parameters,
+)
+from flwr.compat.common import recorddict_compat as compat
 from flwr.server import SimpleClientManager
 from PIL import Image
 
 from fedapp.checkpoint import ServerCheckpoint, rng_state, save_checkpoint
-from fedapp.client_app import node_partition
+from fedapp.client_app import make_client_app, node_partition
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError, DataError, StateError
-from fedapp.server_app import server_components
+from fedapp.server_app import build_strategy, server_components
 from fedapp.state import DiskStateStore
 from strategies import FedAppStrategy, PFedLoRAStrategy, PromptFLStrategy
-from strategies.proxies import PartitionProxy
+from strategies.proxies import PartitionProxy, stand_in_manager
 
 # ----- configuration -----------------------------------------------------------------------------------------------
 
@@ -108,6 +119,45 @@ def test_bad_data_stops_the_server_before_round_one(tmp_path, make, clients, mes
     with pytest.raises(DataError) as info:
         server_components(config)
     assert message in str(info.value)
+
+
+# ----- a node's own data, met by the ClientApp when the server's instruction arrives --------------------------------
+
+NODE_DATA_ROWS = [
+    ("class folder cased differently", ("Cat", "dog"), "(names that differ in case)"),
+    ("class folder missing", ("dog",), "missing ['cat'], not the server's []"),
+    ("extra class folder", ("bird", "cat", "dog"), "missing [], not the server's ['bird']"),
+    ("class folder renamed", ("cat", "hound"), "missing ['dog'], not the server's ['hound']"),
+]
+
+
+def fit_on_node(server_data: Path, node_data: Path) -> Message:
+    """Round 1's instruction from a server over ``server_data``, handled by the ClientApp of a
+    node whose node config points at its own ``node_data``."""
+    run_config = {"method": "fedavg", "dataset": "imagefolder", "data-dir": str(server_data), "model": "cnn-5"}
+    run_config |= {"num-partitions": 1, "min-clients": 1, "image-size": 16, "device": "cpu"}
+    strategy = build_strategy(resolve_run_config(run_config))
+    [(_, fit_ins)] = strategy.configure_fit(1, strategy.initialize_parameters(None), stand_in_manager(1))
+    content = compat.fitins_to_recorddict(fit_ins, True)
+    context = Context(run_id=1, node_id=7, node_config={"data-dir": str(node_data)}, state=RecordDict(), run_config={})
+    return make_client_app(run_config)(Message(content, dst_node_id=7, message_type=MessageType.TRAIN), context)
+
+
+@pytest.mark.parametrize(
+    ("node_classes", "message"), [r[1:] for r in NODE_DATA_ROWS], ids=[r[0] for r in NODE_DATA_ROWS]
+)
+def test_a_node_whose_classes_differ_from_the_servers_is_refused_with_both_lists(
+    tmp_path, task_identity, node_classes, message
+):
+    with pytest.raises(DataError) as info:
+        fit_on_node(image_folder(tmp_path / "server"), image_folder(tmp_path / "node", classes=node_classes))
+    assert f"its classes {list(node_classes)} are not the server's ['cat', 'dog']" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_a_node_whose_classes_agree_trains(tmp_path, task_identity):
+    data = image_folder(tmp_path / "data")
+    assert not fit_on_node(data, data).has_error()
 
 
 def test_node_config_partition_outside_the_federation_is_refused():

@@ -13,7 +13,6 @@ from flwr.app.message_type import MessageType
 from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.compat.common import recorddict_compat as compat
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.client_app import make_client_app
 from fedapp.config import METHODS, resolve_run_config
@@ -133,13 +132,6 @@ def test_a_diverged_participant_spoils_the_secure_sum_and_skips_the_round():
 
 
 # ----- the client's side --------------------------------------------------------------
-
-
-@pytest.fixture
-def task_identity(monkeypatch):
-    """Messages outside a running SuperLink need a task identity."""
-    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
-        monkeypatch.setattr(TaskIdentity, name, value)
 
 
 def node_context() -> Context:
