@@ -32,7 +32,9 @@ FILENAME = "checkpoint.npz"
 
 #: Keys that may differ between the stopped run and its continuation: they do
 #: not change what the remaining rounds compute.
-RESUMABLE_CHANGES = frozenset({"num-rounds", "resume", "results-dir", "device", "target-accuracy", "preset"})
+RESUMABLE_CHANGES = frozenset(
+    {"num-rounds", "resume", "results-dir", "device", "target-accuracy", "preset", "traceback", "cache-dir"}
+)
 
 META_KEYS = frozenset({"format", "round", "config", "num_global_arrays", "state_names", "totals", "records", "rng"})
 TOTALS = frozenset({"mb_cumulative", "mb_eval_cumulative", "params_cumulative", "flops_cumulative"})

@@ -244,6 +244,7 @@ SCHEMA: dict[str, Key] = {
     "results-dir": Key(str, "results", "where run folders are written"),
     "run-name": Key(str, "", "run folder name (default: method-dataset-partition-<settings digest>-s<seed>)"),
     "resume": Key(bool, False, "continue the run from results-dir/run-name/checkpoint.npz"),
+    "traceback": Key(bool, False, "log ServerApp and client errors with their tracebacks (default: one line each)"),
     "state": Key(str, "memory", "where personal client state lives", choices=STATE_BACKENDS),
     "state-dir": Key(str, "state", "root of on-disk client state (state = disk)"),
     "device": Key(str, "auto", "torch device for local training", choices=DEVICES),
@@ -316,7 +317,7 @@ class RunConfig:
         return f"{v['method']}-{v['dataset']}-{v['partition']}-{settings_digest(v)}-s{v['seed']}"
 
 
-NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir"})
+NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir", "traceback"})
 """Keys that do not change what a run computes beyond its seed: runs differing only in them are
 repetitions of one setting (the report's seed groups, the sweep's and the derived run names)."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class FedAppError(Exception):
     """Base class of every error this project raises deliberately."""
@@ -21,3 +23,34 @@ class ModelError(FedAppError, ValueError):
 
 class StateError(FedAppError, RuntimeError):
     """A client's persisted state is unreadable or belongs to another run."""
+
+
+# A client's own message inside the error text Flower hands the server: "<class '...'>:<'MESSAGE'>",
+# where a simulated client's MESSAGE ends in "Exception ClientAppException occurred. Message: ...".
+_FLOWER_ERROR_REASON = re.compile(r"<class '[^']*'>:<'(?P<reason>.*)'>", re.DOTALL)
+_CLIENTAPP_MESSAGE = "Message: "
+
+
+def client_error_message(text: str) -> str:
+    """The client's own error message inside Flower's text for a failed ClientApp (the
+    text itself when it holds none), so the server can say in one line why a client failed."""
+    found = _FLOWER_ERROR_REASON.search(text)
+    if found is None:
+        return text
+    reason = found.group("reason")
+    if _CLIENTAPP_MESSAGE in reason:
+        reason = reason.rsplit(_CLIENTAPP_MESSAGE, 1)[1]
+    return reason.strip()
+
+
+def error_line(error: BaseException) -> str:
+    """One line naming an error: the message of the first of this project's errors in its
+    chain (what the project raises on purpose names the problem), else its type and text."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, FedAppError):
+            return " ".join(str(current).split())
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return " ".join(f"{type(error).__name__}: {error}".split())

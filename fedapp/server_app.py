@@ -13,6 +13,7 @@ from flwr.server.compat import start_grid
 from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
+from fedapp.errors import error_line
 from fedapp.metrics import check_clients_trained, release_folder
 from fedapp.privacy import wrap_for_privacy
 from fedapp.registry import strategy_class
@@ -83,6 +84,52 @@ def server_components(config: RunConfig) -> ServerAppComponents:
     return ServerAppComponents(server=server, config=server_config(config, remaining))
 
 
+class OneLineErrors(logging.Filter):
+    """Flower's error records in the ServerApp's process, each as one line a user reads.
+
+    Flower logs an exception that ends the ServerApp (or the simulation) with its
+    traceback, then an "Exit Code" paragraph; a failing simulated client's error
+    comes as three records (Ray's error text and a traceback). The first becomes
+    ``error: <the problem>`` (:func:`fedapp.errors.error_line`), the paragraph after
+    it is dropped, and a client's records are dropped because the strategy logs the
+    client's own message in its one "left out" line. ``traceback = true`` keeps them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("fedapp-one-line-errors")
+        self.reported = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg, record.args = "error: %s", (error_line(record.exc_info[1]),)
+            record.exc_info = record.exc_text = None
+            self.reported = True
+            return True
+        text = record.getMessage()
+        if _is_client_failure_record(text):
+            return False
+        return not (self.reported and text.startswith("Exit Code:"))
+
+
+_CLIENT_FAILURE_RECORDS = ("An exception was raised when processing a message", "An exception occurred !!")
+
+
+def _is_client_failure_record(text: str) -> bool:
+    return text.startswith(_CLIENT_FAILURE_RECORDS) or "Traceback (most recent call last)" in text or "ray::" in text
+
+
+def show_errors_as_one_line(run_config: Mapping[str, Any]) -> None:
+    """Install :class:`OneLineErrors` on Flower's logger (once per process) unless the run
+    config asks for tracebacks; read raw, since a bad config is one of the errors to show."""
+    flower_log = logging.getLogger("flwr")
+    if run_config.get("traceback") is True:
+        return
+    if not any(isinstance(f, OneLineErrors) for f in flower_log.filters):
+        flower_log.addFilter(OneLineErrors())
+
+
 def make_server_fn(overrides: Mapping[str, Any] | None = None):
     """A ``server_fn`` whose run config is Flower's, with ``overrides`` on top."""
 
@@ -103,6 +150,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        show_errors_as_one_line({**context.run_config, **(overrides or {})})
         config = resolve_run_config({**context.run_config, **(overrides or {})})
         components = server_components(config)
         run_dir = Path(str(config["results-dir"])).expanduser() / config.run_name

@@ -80,9 +80,15 @@ class DiskStateStore:
             raise StateError(f"client state file {path} is unreadable ({err}); delete it to start fresh") from err
 
     def save(self, name: str, arrays: StateArrays) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # Write then rename, so a crash mid-write never leaves a torn file behind.
-        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # Write then rename, so a crash mid-write never leaves a torn file behind.
+            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        except OSError as err:
+            raise StateError(
+                f"cannot write client state under {self.directory} ({err.strerror or err}): "
+                "the state-dir must be a writable folder"
+            ) from err
         try:
             with os.fdopen(fd, "wb") as handle:
                 np.savez(handle, **arrays)

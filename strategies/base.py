@@ -49,7 +49,7 @@ from fedapp.checkpoint import (
 )
 from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names
 from fedapp.config import RunConfig, domain_of_partition, held_out_partitions
-from fedapp.errors import ConfigError, StateError
+from fedapp.errors import ConfigError, StateError, client_error_message
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
 from fedapp.models import build_model
 from fedapp.params import decode_parameters
@@ -588,14 +588,14 @@ class FedAppStrategy(Strategy):
         """One line on why a client sent no usable reply (an error, a lost node, a timeout)."""
         if isinstance(failure, BaseException):
             # Flower's legacy server hands over the bare exception, without the client's proxy.
-            text = f"{type(failure).__name__}: {failure}"
+            text = client_error_message(f"{type(failure).__name__}: {failure}")
             timeout = float(self.config["round-timeout"])
             if timeout > 0 and _TIMEOUT_HINT in text:
                 text = f"timed out (no reply within round-timeout = {timeout:g}s): {text}"
             return "a client that failed: " + _shortened(text)
         proxy, res = failure
         name = self._client_name(proxy, res.metrics)
-        return _shortened(f"{name}: status {res.status.code.name}: {res.status.message}")
+        return _shortened(f"{name}: status {res.status.code.name}: {client_error_message(res.status.message)}")
 
     def _record_round(
         self,

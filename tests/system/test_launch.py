@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import os
 import re
 import shlex
 import signal
@@ -188,6 +189,37 @@ def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: no client trained in any of the 1 rounds of untrained (left out: ")
     assert last.endswith("its metrics are of the untrained model; see the clients' errors in the log")
+    # Each client's failure is one line with its own message; no traceback anywhere.
+    assert "left out a client that failed: cannot write client state under /proc/fedapp-unwritable" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def plain_flwr_run(home: Path, run_config: str, cwd: Path) -> str:
+    """``flwr run`` as the README shows it (a local simulation), in a fresh Flower home; the
+    local SuperLink it leaves running is stopped by PID. Returns what the user saw."""
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    federation = "num-supernodes=2 client-resources-num-cpus=1"
+    command = ["flwr", "run", str(ROOT), "--stream", "--federation-config", federation, "--run-config", run_config]
+    try:
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / command[0]), *command[1:]],
+            check=False, capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
+        )  # fmt: skip
+    finally:
+        stop_processes(superlink_pids(home))
+    return proc.stdout + proc.stderr
+
+
+def test_plain_flwr_run_shows_a_serverapp_error_as_one_line(tmp_path):
+    seen = plain_flwr_run(tmp_path / "home", f'results-dir="{tmp_path / "results"}" lr=0', tmp_path)
+    assert any(line.endswith("error: config key 'lr' = 0.0 must be > 0.0") for line in seen.splitlines()), seen[-3000:]
+    assert "Traceback" not in seen and "Exit Code" not in seen, seen[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+def test_plain_flwr_run_shows_tracebacks_when_asked(tmp_path):
+    seen = plain_flwr_run(tmp_path / "home", "lr=0 traceback=true", tmp_path)
+    assert "Traceback (most recent call last)" in seen and "ConfigError: config key 'lr' = 0.0" in seen
 
 
 ROBUST_COMMAND = re.compile(r"^python -m fedapp\.launch --run-config 'aggregation=.*$", re.MULTILINE)
