@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -137,6 +138,25 @@ class AgreementCheckedClient(NumPyClient):
         return self.client.evaluate(parameters, config)
 
 
+FAULT_RATE_ENV = "FEDAPP_FAULT_RATE"
+"""Chaos testing: the share of training and evaluation messages this node's ClientApp fails."""
+
+
+class InjectedFault(RuntimeError):
+    """A failure the node was told to inject (:data:`FAULT_RATE_ENV`), as a crashing client would."""
+
+
+def fault_injection_mod(msg, ctxt: Context, call_next):
+    """Fail a share of this node's train/evaluate messages when ``FEDAPP_FAULT_RATE`` is set in
+    the SuperNode's environment (a soak test's flaky device); a no-op otherwise."""
+    rate = float(os.environ.get(FAULT_RATE_ENV, "0") or 0)
+    # One draw per message, from its id: a ClientApp process may live for one message only.
+    draw = random.Random(f"{ctxt.node_id}:{msg.metadata.message_id}").random() if rate > 0 else 1.0
+    if msg.metadata.message_type in ("train", "evaluate") and draw < rate:
+        raise InjectedFault(f"injected fault ({FAULT_RATE_ENV}={rate:g} on node {ctxt.node_id})")
+    return call_next(msg, ctxt)
+
+
 def resolved_config(values: Mapping[str, Any], ignore_unknown: bool) -> RunConfig:
     """:func:`resolve_run_config`, validated once per process for each distinct run config.
 
@@ -185,7 +205,7 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, *, ignore_unknow
         client_fn=make_client_fn(overrides, ignore_unknown=ignore_unknown),
         # dp_clipping_mod clips only when the server sends a clipping norm (dp = client); inner to
         # SecAgg+'s, so that an update is clipped before it is masked.
-        mods=[secagg_client_mod(overrides, ignore_unknown=ignore_unknown), dp_clipping_mod],
+        mods=[fault_injection_mod, secagg_client_mod(overrides, ignore_unknown=ignore_unknown), dp_clipping_mod],
     )
 
 

@@ -17,8 +17,10 @@ import pytest
 import yaml
 
 import fedapp.launch as launch_module
+from fedapp.config import METHODS, SCHEMA
 from fedapp.launch import run, stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
+from fedapp.models import MODEL_NAMES
 from tests.paths import ROOT
 
 
@@ -132,6 +134,59 @@ LAUNCHER_ERRORS = [
         "error: --run-config item 'verbose' is not key=value (quote values with spaces: key=\"a b\")",
     ),
     ("zero clients", "num-partitions=0", "error: config key 'num-partitions' = 0 must be >= 1"),
+    ("unknown key", "no-such-key=1", f"error: unknown config key(s): no-such-key; valid keys: {', '.join(SCHEMA)}"),
+    ("wrong type", 'num-rounds="ten"', "error: config key 'num-rounds' = 'ten' has type str, expected int"),
+    ("flag of the wrong type", 'traceback="yes"', "error: config key 'traceback' = 'yes' has type str, expected bool"),
+    ("out of range", "lr=0", "error: config key 'lr' = 0.0 must be > 0.0"),
+    (
+        "unknown method",
+        'method="fedsgd"',
+        f"error: config key 'method' = 'fedsgd' is not one of: {', '.join(METHODS)}",
+    ),
+    (
+        "unknown model",
+        'model="resnet-9000"',
+        f"error: config key 'model' = 'resnet-9000' is not one of: {', '.join(MODEL_NAMES)}",
+    ),
+    (
+        "missing preset",
+        'preset="conf/none.yaml"',
+        "error: config key 'preset' = 'conf/none.yaml': file not found (looked in "
+        f"[PosixPath('conf/none.yaml'), PosixPath('{ROOT}/conf/none.yaml')])",
+    ),
+    (
+        "missing data folder",
+        'dataset="imagefolder" data-dir="/no/such/folder"',
+        "error: config key 'data-dir' = '/no/such/folder': path does not exist",
+    ),
+    (
+        "more min-clients than clients",
+        "min-clients=20",
+        "error: config key 'min-clients' = 20 is more than 'num-partitions' = 10",
+    ),
+    (
+        "more classes per client than classes",
+        'partition="pathological" classes-per-client=11',
+        "error: config key 'classes-per-client' = 11 is more than the 10 classes of dataset 'digits'",
+    ),
+    (
+        "robust rule with secure aggregation",
+        'aggregation="median" secagg=true',
+        "error: config key 'aggregation' = 'median' needs each client's update, but secagg = true shows the server "
+        "only their sum: use one of them",
+    ),
+    (
+        "resume of a run that never ran",
+        'resume=true run-name="never-ran"',
+        "error: resume=true, but run folder {work}/results/never-ran does not exist: nothing to resume",
+    ),
+    (
+        "prompt longer than the text context",
+        'method="sdfed" local-prompt-lengths="4,55"',
+        "error: config key 'local-prompt-lengths' = '4,55' gives client 1 a prompt of 55 tokens, but "
+        "'fedapp-tiny-clip' reads 32 text tokens (start, prompt, class name, end): use at most 29, or a model "
+        "with a longer context (ViT-B-16: 77)",
+    ),
 ]
 
 
@@ -143,7 +198,7 @@ def test_bad_launcher_input_is_one_line_and_writes_nothing(tmp_path, run_config,
     proc = launch(
         "--flwr-home", str(work / "home"), "--run-config", f'results-dir="{work / "results"}" {run_config}', cwd=work
     )
-    assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [line])
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [line.replace("{work}", str(work))])
     assert list(work.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["work"]
     assert not Path("/tmp/escaped-absolute").exists()
 
