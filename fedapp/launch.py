@@ -37,7 +37,7 @@ import tomli_w
 
 from fedapp.config import APP_ROOT, RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError
-from fedapp.metrics import check_clients_trained, check_run_folder
+from fedapp.metrics import check_clients_trained, check_run_folder, check_writable_folders
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
 
@@ -355,6 +355,7 @@ def run(
     prepared = prepare_run(overrides, num_clients)
     # What the ServerApp would refuse after Flower's start-up, refused here in a second.
     check_run_folder(prepared.run_dir, resume=bool(prepared.config["resume"]))
+    check_writable_folders(prepared.config.values)
     with local_federation(flwr_home) as env:
         return submit(
             prepared,

@@ -7,11 +7,13 @@ and two plots, accuracy against round and against megabytes communicated.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import math
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -19,7 +21,7 @@ from typing import IO, Any
 import numpy as np
 import yaml
 
-from fedapp.errors import StateError
+from fedapp.errors import ConfigError, StateError
 
 # A child of Flower's logger, so our lines appear wherever Flower's log goes.
 log = logging.getLogger("flwr.fedapp")
@@ -193,6 +195,43 @@ def check_run_folder(directory: Path, *, resume: bool) -> None:
         )
     if resume and not directory.is_dir():
         raise StateError(f"resume=true, but run folder {directory} does not exist: nothing to resume")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be written (None when it can), found by creating what is missing
+    of it and a temporary file inside, then removing all of that: the disk is left as it was."""
+    created: list[Path] = []
+    try:
+        for missing in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+            missing.mkdir()
+            created.append(missing)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        return None
+    except OSError as err:
+        return err.strerror or str(err)
+    finally:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def check_writable_folders(config: Mapping[str, Any], *, results: bool = True) -> None:
+    """Refuse, before any work, a ``results-dir`` (when ``results``) or an explicitly set
+    ``cache-dir`` that this process cannot write.
+
+    Raises
+    ------
+    ConfigError
+        Naming the key, the folder and the system's reason.
+    """
+    keys = (["results-dir"] if results else []) + (["cache-dir"] if config.get("cache-dir") else [])
+    for key in keys:
+        folder = Path(str(config[key])).expanduser().absolute()
+        if (reason := unwritable(folder)) is not None:
+            raise ConfigError(
+                f"config key '{key}' = {config[key]!r} cannot be written ({reason}): choose a folder you can write"
+            )
 
 
 class RunRecorder:

@@ -50,7 +50,15 @@ from fedapp.checkpoint import (
 from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names
 from fedapp.config import RunConfig, domain_of_partition, held_out_partitions
 from fedapp.errors import ConfigError, StateError, client_error_message
-from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, payload_bytes, progress_line
+from fedapp.metrics import (
+    MB,
+    AccuracyStats,
+    RoundRecord,
+    RunRecorder,
+    check_writable_folders,
+    payload_bytes,
+    progress_line,
+)
 from fedapp.models import build_model
 from fedapp.params import decode_parameters
 from fedapp.registry import strategy_class
@@ -217,6 +225,7 @@ class FedAppStrategy(Strategy):
                 f"config key 'method' = {method!r} is served by {expected.__name__}, not {cls.__name__}; "
                 f"the ClientApp runs the clients of {method!r}"
             )
+        check_writable_folders(config.values, results=record)
         source = check_data(config, int(config["num-partitions"]))
         recorder = None
         if record:

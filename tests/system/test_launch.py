@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -181,6 +182,18 @@ LAUNCHER_ERRORS = [
         "error: resume=true, but run folder {work}/results/never-ran does not exist: nothing to resume",
     ),
     (
+        "results folder that cannot be written",
+        'results-dir="/proc/fedapp-results"',
+        "error: config key 'results-dir' = '/proc/fedapp-results' cannot be written (No such file or directory): "
+        "choose a folder you can write",
+    ),
+    (
+        "cache folder that cannot be written",
+        'cache-dir="/etc/hostname/cache"',
+        "error: config key 'cache-dir' = '/etc/hostname/cache' cannot be written (Not a directory): "
+        "choose a folder you can write",
+    ),
+    (
         "prompt longer than the text context",
         'method="sdfed" local-prompt-lengths="4,55"',
         "error: config key 'local-prompt-lengths' = '4,55' gives client 1 a prompt of 55 tokens, but "
@@ -247,6 +260,27 @@ def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path
     # Each client's failure is one line with its own message; no traceback anywhere.
     assert "left out a client that failed: cannot write client state under /proc/fedapp-unwritable" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_tampered_checkpoint_is_refused_in_one_line_and_the_run_folder_kept(tmp_path):
+    """A finished run's checkpoint gets a NaN; resuming it through the launcher is refused by the
+    ServerApp with one line, and the folder stays byte for byte as it was."""
+    results, folder = tmp_path / "results", tmp_path / "results" / "tampered"
+    base = f'results-dir="{results}" run-name="tampered" num-partitions=2 model="cnn-5"'
+    first = launch("--run-config", f"{base} num-rounds=1", cwd=tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    with np.load(folder / "checkpoint.npz", allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["global/0"] = np.full_like(arrays["global/0"], np.nan)
+    np.savez(folder / "checkpoint.npz", **arrays)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"}
+    proc = launch("--run-config", f"{base} num-rounds=2 resume=true", cwd=tmp_path, timeout=300)
+    seen = proc.stdout + proc.stderr
+    assert proc.returncode == 2
+    error = f"error: checkpoint {folder / 'checkpoint.npz'}: array global/0 holds NaN or infinite values"
+    assert any(line.endswith(error) for line in seen.splitlines()), seen[-3000:]
+    assert "Traceback" not in seen
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before
 
 
 def plain_flwr_run(home: Path, run_config: str, cwd: Path) -> str:

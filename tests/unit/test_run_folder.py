@@ -12,7 +12,7 @@ import pytest
 from fedapp.checkpoint import ServerCheckpoint, rng_state, save_checkpoint
 from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
-from fedapp.metrics import LOCK_FILE, RunRecorder, check_clients_trained, release_folder
+from fedapp.metrics import LOCK_FILE, RunRecorder, check_clients_trained, release_folder, unwritable
 from strategies import FedAvgStrategy
 
 
@@ -82,3 +82,11 @@ def test_a_run_in_which_no_client_trained_is_an_error(tmp_path):
     rows[1]["clients_fit"] = 1  # one client in one round is a run
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     check_clients_trained(folder)
+
+
+def test_the_writability_probe_leaves_the_disk_as_it_was(tmp_path):
+    assert unwritable(tmp_path / "a" / "b" / "results") is None
+    assert list(tmp_path.iterdir()) == []  # the folders it made to probe are gone again
+    (tmp_path / "file").write_text("x")
+    assert unwritable(tmp_path / "file" / "results") == "Not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
