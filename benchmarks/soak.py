@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import descendants, pss_bytes
 
 from fedapp.client_app import FAULT_RATE_ENV
-from fedapp.launch import free_port, stop_processes
+from fedapp.launch import flower_env, free_port, stop_processes
 from fedapp.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,18 +58,6 @@ class SoakResult:
     samples: list[tuple[float, int, float]] = field(default_factory=list, repr=False)
 
 
-def flower_env(home: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_HOME": str(home),
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.5",
-    }
-
-
 def wait_until(condition, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -91,7 +78,7 @@ class Federation:
 
     def __init__(self, root: Path, fault_rate: float) -> None:
         self.root = root
-        self.env = flower_env(root / "home")
+        self.env = flower_env(root / "home", FLWR_TELEMETRY_ENABLED="0", FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.5")
         (root / "home").mkdir(parents=True, exist_ok=True)
         self.fault_rate = fault_rate
         self.link_port = free_port()

@@ -251,6 +251,21 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
 
 
 @contextlib.contextmanager
+def flower_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment for Flower commands and processes with ``home`` as ``FLWR_HOME``: this
+    interpreter's executables first on ``PATH`` (a SuperLink or SuperNode starts
+    ``flwr-serverapp``/``flwr-clientapp`` from it), no runtime re-install of the app, no update
+    check; ``extra`` on top."""
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FLWR_HOME": str(home),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        **extra,
+    }
+
+
 def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
     """A Flower home whose ``local`` connection runs simulations on a private local SuperLink.
 
@@ -271,19 +286,13 @@ def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
     home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(LOCAL_CONNECTION_TOML)
-    # Use this interpreter's Flower, and let the processes it spawns find theirs.
-    bin_dir = Path(sys.executable).parent
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_HOME": str(home),
-        # A private local SuperLink: another launch (or the user's own `flwr run`)
-        # must neither receive these runs nor be stopped when they end.
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
-        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-    }
+    # A private local SuperLink: another launch (or the user's own `flwr run`) must neither
+    # receive these runs nor be stopped when they end.
+    env = flower_env(
+        home,
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()),
+        FLWR_LOCAL_CONTROL_API_PORT=str(free_port()),
+    )
     try:
         with sigterm_raises_system_exit():
             yield env

@@ -12,7 +12,6 @@ the federation's idle time instead of each paying it in turn.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from fedapp.launch import flower_env as launch_env
 from fedapp.launch import stop_processes
 from fedapp.metrics import read_metrics
 from tests.paths import ROOT
@@ -38,16 +38,7 @@ TASK_POLL_INTERVAL = "0.5"
 def flower_env(home: Path) -> dict[str, str]:
     """Environment for Flower processes: this venv's executables, a private ``FLWR_HOME``."""
     home.mkdir(parents=True, exist_ok=True)
-    return {
-        **os.environ,
-        # The SuperLink and SuperNodes start flwr-serverapp / flwr-clientapp from PATH.
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_HOME": str(home),
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": TASK_POLL_INTERVAL,
-    }
+    return launch_env(home, FLWR_TELEMETRY_ENABLED="0", FLWR_SUPEREXEC_TASK_POLL_INTERVAL=TASK_POLL_INTERVAL)
 
 
 def connection_toml(name: str, address: str, root_certificates: Path | None = None) -> str:
