@@ -250,7 +250,6 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
     return PreparedRun(overrides=overrides, config=config, run_dir=results / config.run_name)
 
 
-@contextlib.contextmanager
 def flower_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment for Flower commands and processes with ``home`` as ``FLWR_HOME``: this
     interpreter's executables first on ``PATH`` (a SuperLink or SuperNode starts
@@ -266,6 +265,7 @@ def flower_env(home: Path, **extra: str) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
 def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
     """A Flower home whose ``local`` connection runs simulations on a private local SuperLink.
 
