@@ -27,20 +27,22 @@ class StateError(FedAppError, RuntimeError):
 
 # A client's own message inside the error text Flower hands the server: "<class '...'>:<'MESSAGE'>",
 # where a simulated client's MESSAGE ends in "Exception ClientAppException occurred. Message: ...".
-_FLOWER_ERROR_REASON = re.compile(r"<class '[^']*'>:<'(?P<reason>.*)'>", re.DOTALL)
+_FLOWER_ERROR_REASON = re.compile(r"<class '(?P<kind>[^']*)'>:<'(?P<reason>.*)'>", re.DOTALL)
 _CLIENTAPP_MESSAGE = "Message: "
 
 
 def client_error_message(text: str) -> str:
-    """The client's own error message inside Flower's text for a failed ClientApp (the
-    text itself when it holds none), so the server can say in one line why a client failed."""
+    """The client's own error inside Flower's text for a failed ClientApp, so the server can
+    say in one line why a client failed: the message a simulated client raised, or the
+    error's type and message (``ActorDiedError: ...``); the text itself when it holds none."""
     found = _FLOWER_ERROR_REASON.search(text)
     if found is None:
         return text
     reason = found.group("reason")
     if _CLIENTAPP_MESSAGE in reason:
-        reason = reason.rsplit(_CLIENTAPP_MESSAGE, 1)[1]
-    return reason.strip()
+        return reason.rsplit(_CLIENTAPP_MESSAGE, 1)[1].strip()
+    kind = found.group("kind").rsplit(".", 1)[-1]
+    return f"{kind}: {reason.strip()}"
 
 
 def error_line(error: BaseException) -> str:

@@ -18,7 +18,12 @@ SUPERNODE_REASON = "<class 'fedapp.errors.DataError'>:<'client 0: its classes ['
 
 def test_a_clients_own_message_is_taken_out_of_flowers_text():
     assert client_error_message(RAY_REASON) == "cannot write client state under /proc/x"
-    assert client_error_message(SUPERNODE_REASON) == "client 0: its classes ['Cat'] are not the server's ['cat']"
+    assert (
+        client_error_message(SUPERNODE_REASON)
+        == "DataError: client 0: its classes ['Cat'] are not the server's ['cat']"
+    )
+    died = "<class 'ray.exceptions.ActorDiedError'>:<'The actor died unexpectedly'>"
+    assert client_error_message(died) == "ActorDiedError: The actor died unexpectedly"
     assert client_error_message("timed out") == "timed out"
 
 
