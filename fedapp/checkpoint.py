@@ -151,8 +151,8 @@ def load_checkpoint(path: str | os.PathLike) -> ServerCheckpoint:
 
 
 def check_contents(checkpoint: ServerCheckpoint, path: str | os.PathLike) -> None:
-    """Refuse a checkpoint whose fields are out of range, whatever wrote it: a negative or
-    records that are not increasing rounds in 1..round, unknown or negative or
+    """Refuse a checkpoint whose fields are out of range, whatever wrote it: a negative round
+    count, records that are not increasing rounds in 1..round, unknown or negative or
     non-finite totals, and global or strategy arrays with NaN or infinite values."""
     where = f"checkpoint {path}"
     if checkpoint.round < 0:

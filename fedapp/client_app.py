@@ -86,15 +86,18 @@ def node_view(config: RunConfig, node_config: Mapping[str, Any], supernode: bool
         return RunConfig(values)
     ignored = [key for key in NODE_WRITE_KEYS if config[key] != SCHEMA[key].default and key not in node_config]
     if ignored:
-        log.warning(
-            "run config %s not used on this SuperNode: a node writes only where its own node config says",
-            ", ".join(f"{key}={config[key]!r}" for key in ignored),
-        )
+        _warn_once(", ".join(f"{key}={config[key]!r}" for key in ignored))
     values["state-dir"] = str(node_config.get("state-dir", default_state_root()))
     values["cache-dir"] = str(resolve_cache_dir(str(node_config.get("cache-dir", ""))))
     if config["download"]:
         values["data-dir"] = str(Path(values["cache-dir"]) / "downloads")
     return RunConfig(values)
+
+
+@functools.cache
+def _warn_once(ignored: str) -> None:
+    # client_fn runs for every message: say it once per process and setting, not every round.
+    log.warning("run config %s not used on this SuperNode: a node writes only where its own node config says", ignored)
 
 
 def flower_state_store(state: RecordDict) -> MemoryStateStore:

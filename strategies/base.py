@@ -10,6 +10,7 @@ metrics line, happens here once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -337,10 +338,14 @@ class FedAppStrategy(Strategy):
         """Per-round instructions sent with the global arrays."""
         return {"server-round": server_round}
 
+    @functools.cached_property
+    def _agreement(self) -> dict[str, Scalar]:
+        return {CLASS_NAMES_KEY: encode_class_names(self.class_names)}
+
     def agreement_config(self) -> dict[str, Scalar]:
         """What every instruction carries so that a client checks its data agrees with the
-        server's (its classes, in label order) before it trains or evaluates."""
-        return {CLASS_NAMES_KEY: encode_class_names(self.class_names)}
+        server's (its classes, in label order) before it trains or evaluates; encoded once."""
+        return dict(self._agreement)
 
     def skip_round(self, server_round: int, reason: str) -> None:
         """Note that ``server_round`` produced no aggregate (the global state stays), and why."""

@@ -129,7 +129,7 @@ def resize_images(images: np.ndarray, size: int) -> np.ndarray:
 ALPHA_BACKGROUND = (255, 255, 255)
 """What shows through transparent pixels: white, as a viewer shows an image on a page."""
 
-_INTEGER_GREY = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535}
+_SIXTEEN_BIT_GREY = frozenset({"I;16", "I;16L", "I;16B", "I;16N"})
 
 
 def _grey_to_uint8(values: np.ndarray, full_scale: float) -> np.ndarray:
@@ -146,8 +146,8 @@ def _high_depth_grey(image: Image.Image) -> Image.Image:
     0..255 otherwise. PIL's own conversion clips all of these at 255 instead.
     """
     values = np.asarray(image)
-    if image.mode in _INTEGER_GREY:
-        full_scale = _INTEGER_GREY[image.mode]
+    if image.mode in _SIXTEEN_BIT_GREY:
+        full_scale = 65535.0
     else:
         finite = values[np.isfinite(values)] if image.mode == "F" else values
         low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
@@ -176,7 +176,7 @@ def to_rgb(image: Image.Image) -> Image.Image:
     :data:`ALPHA_BACKGROUND` instead of showing whatever colour hides under the alpha.
     """
     image = ImageOps.exif_transpose(image)
-    if image.mode in _INTEGER_GREY or image.mode in ("I", "F"):
+    if image.mode in _SIXTEEN_BIT_GREY or image.mode in ("I", "F"):
         image = _high_depth_grey(image)
     if image.mode == "LAB":
         from PIL import ImageCms  # noqa: PLC0415 - LittleCMS is loaded only for the rare LAB image
