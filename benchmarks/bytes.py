@@ -84,15 +84,16 @@ from flwr.supercore.protobuf.constants import PROTOBUF_MEDIA_TYPE
 from flwr.supernode.fleet_http_client import FleetHttpClient
 from flwr.supernode.node_auth_http_interceptor import NodeAuthHttpInterceptor
 
+from fedapp.catalog import CATALOG, METHODS
 from fedapp.client_app import make_client_fn
-from fedapp.config import METHODS, VPT_METHODS, defaults, resolve_run_config
+from fedapp.config import defaults, resolve_run_config
 from fedapp.metrics import payload_bytes
 from fedapp.server_app import build_strategy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import fmt_count, markdown_table
 
-from strategies.proxies import stand_in_manager
+from fedapp.flower.driver import stand_in_manager
 
 TARGET = 1.05
 #: Methods of the smoke run: nothing, a full model, per-class statistics, a text prompt.
@@ -145,7 +146,7 @@ UVICORN_HEADERS = (("date", "Sat, 28 Nov 2026 12:00:00 GMT"), ("server", "uvicor
 def method_overrides(method: str, smoke: bool) -> dict[str, Any]:
     """Run-config keys of one method's measurement."""
     out: dict[str, Any] = {**COMMON, "method": method, **(SMOKE if smoke else {})}
-    if method in VPT_METHODS:
+    if CATALOG[method].backbone == "clip-vision":
         out["clip-model"] = "fedapp-tiny-vit"  # the visual-prompt methods need a ViT image tower
     if method == "sdfed":
         # Local prompts stay on the client; the default random:4-64 overflows the tiny CLIP's 32-token context.

@@ -49,9 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import MethodRun, markdown_table, run_method
 
 from fedapp.config import resolve_run_config
-from fedapp.inprocess import InProcessClients, build_clients, drive_rounds
+from fedapp.flower.driver import PartitionProxy, drive_rounds, stand_in_manager
+from fedapp.inprocess import InProcessClients, build_clients
 from fedapp.server_app import build_strategy
-from strategies.proxies import PartitionProxy, stand_in_manager
 
 # One method per family (A: CLIP text prompts, B: heterogeneous CNNs, C: server-held CLIP,
 # D: ViT visual prompts) plus FedAvg as the reference, all on the digits that ship with

@@ -28,14 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import add_common_arguments, common_overrides, run_method
 
-from fedapp.config import CLIP_METHODS, HETEROGENEOUS_METHODS
+from fedapp.catalog import CATALOG
 from fedapp.report import write_report
 
 METHODS = ("fedavg", "standalone", "pfedlora", "fedd2p", "promptfl", "sdfed", "pep-fedpt")
 PROTOCOLS = ("domain", "lodo", "b2n")
 # Learning rates of the family benchmarks: SGD on whole CNNs vs on prompts and heads of a frozen backbone.
 CNN_LR, PROMPT_LR = 0.05, 0.01
-CNN_METHODS = ("fedavg", *HETEROGENEOUS_METHODS)
 # What each family needs besides the common keys (the family benchmarks' backbones).
 METHOD_KEYS = {
     "pfedlora": {"client-models": "cnn-1,cnn-2,cnn-3,cnn-4,cnn-5"},
@@ -77,7 +76,7 @@ def main(argv: list[str] | None = None) -> str:
         if protocol not in PROTOCOLS:
             parser.error(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
         keys = protocol_keys(protocol, args.domains, args.clients_per_domain)
-        methods = [m for m in args.methods.split(",") if protocol != "b2n" or m in CLIP_METHODS]
+        methods = [m for m in args.methods.split(",") if protocol != "b2n" or CATALOG[m].names_unseen_classes]
         for method in methods:
             common = {
                 **common_overrides(args),
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> str:
                 "shots-per-class": args.shots,
                 "target-accuracy": args.target,
                 "min-clients": 2,
-                "lr": args.lr or (CNN_LR if method in CNN_METHODS else PROMPT_LR),
+                "lr": args.lr or (CNN_LR if CATALOG[method].backbone.startswith("cnn") else PROMPT_LR),
                 **METHOD_KEYS.get(method, {}),
             }
             setting = f"{protocol}-D{args.domains}x{args.clients_per_domain}-R{args.rounds}"

@@ -32,18 +32,3 @@ class MutualClient(FedAppClient):
         result = self.test_model(pair.local)
         shared = self.test_model(pair.shared)
         return result.loss, result.num_examples, {**self.eval_metrics(result), "shared_accuracy": shared.accuracy}
-
-
-class FMLClient(MutualClient):
-    """Federated mutual learning."""
-
-    def loss(self) -> LossFn:
-        cfg = self.config
-        return mutual.fml_loss(float(cfg["fml-alpha"]), float(cfg["fml-beta"]), float(cfg["kd-temperature"]))
-
-
-class FedKDClient(MutualClient):
-    """Adaptive mutual distillation with hidden-state alignment."""
-
-    def loss(self) -> LossFn:
-        return mutual.fedkd_loss(float(self.config["kd-temperature"]))

@@ -5,8 +5,7 @@ from __future__ import annotations
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 from fedapp.flops import train_step_flops
-from fedapp.methods import fd, fedproto
-from fedapp.methods.common import per_class_means
+from fedapp.methods.per_class import per_class_means
 from fedapp.training import LossFn
 
 
@@ -45,23 +44,3 @@ class PerClassClient(FedAppClient):
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
         result = self.test_model(self.load_personal_model())
         return result.loss, result.num_examples, self.eval_metrics(result)
-
-
-class FedProtoClient(PerClassClient):
-    """FedProto: CE plus distance to the global class prototypes."""
-
-    statistic = staticmethod(fedproto.representation)
-
-    def loss(self, global_stats: Arrays) -> LossFn:
-        return fedproto.prototype_loss(global_stats[0], global_stats[1], float(self.config["proto-weight"]))
-
-
-class FDClient(PerClassClient):
-    """FD: CE plus distillation towards the global per-class logits."""
-
-    statistic = staticmethod(fd.logits)
-
-    def loss(self, global_stats: Arrays) -> LossFn:
-        return fd.fd_loss(
-            global_stats[0], global_stats[1], float(self.config["kd-weight"]), float(self.config["kd-temperature"])
-        )

@@ -32,9 +32,9 @@ from fedapp.clientdata import CLASS_NAMES_KEY, ClientData, check_class_agreement
 from fedapp.config import SCHEMA, RunConfig, resolve_run_config
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.errors import ConfigError
-from fedapp.privacy import dp_clipping_mod
+from fedapp.flower.privacy import dp_clipping_mod
+from fedapp.flower.secure_aggregation import secagg_client_mod
 from fedapp.registry import client_class
-from fedapp.secure_aggregation import secagg_client_mod
 from fedapp.state import DiskStateStore, MemoryStateStore, StateStore
 from fedapp.training import select_device
 

@@ -21,74 +21,12 @@ import numpy as np
 import yaml
 
 from fedapp.aggregation import AGGREGATION_RULES, min_updates
+from fedapp.catalog import CATALOG, METHODS, methods_where
 from fedapp.errors import ConfigError
 
 Scalar = bool | int | float | str
 
-# The methods and their factories live in fedapp.registry; the names are
-# repeated here only as the set of valid values (a test keeps both in step).
-METHODS = (
-    "fedavg",
-    "standalone",
-    "pfedlora",
-    "lg-fedavg",
-    "fedproto",
-    "fd",
-    "fml",
-    "fedkd",
-    "coop-local",
-    "promptfl",
-    "sdfed",
-    "head-fedavg",
-    "local-vpt",
-    "fedvpt",
-    "fedvpt-d",
-    "pep-fedpt",
-    "fedd2p",
-    "fedd2p-agg",
-    "fedd2p-gt",
-)
-# Methods that adapt a frozen open_clip model (the zoo `model` key is unused there).
-CLIP_METHODS = ("coop-local", "promptfl", "sdfed")
-# Methods that prompt (or put a head on) a frozen open_clip ViT image tower, named by `clip-model`.
-VPT_METHODS = ("head-fedavg", "local-vpt", "fedvpt", "fedvpt-d", "pep-fedpt")
-# Methods whose clients may run different architectures (nothing model-shaped is averaged).
-FEDD2P_METHODS = ("fedd2p", "fedd2p-agg", "fedd2p-gt")
-HETEROGENEOUS_METHODS = ("standalone", "pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd", *FEDD2P_METHODS)
-#: Methods whose clients upload only one shared module's float arrays, which the
-#: server averages by examples: what client-level DP and SecAgg+ can protect.
-PARAMETER_AVERAGING_METHODS = (
-    "fedavg",
-    "pfedlora",
-    "lg-fedavg",
-    "fml",
-    "fedkd",
-    "promptfl",
-    "sdfed",
-    "head-fedavg",
-    "fedvpt",
-    "fedvpt-d",
-)
-_NOTHING_UPLOADED = "uploads nothing (each client trains alone)"
-_PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
-#: What every other method uploads instead.
-NOT_PARAMETER_AVERAGING = {
-    "standalone": _NOTHING_UPLOADED,
-    "coop-local": _NOTHING_UPLOADED,
-    "local-vpt": _NOTHING_UPLOADED,
-    "fedproto": f"uploads per-class prototypes {_PER_CLASS}",
-    "fd": f"uploads per-class mean logits {_PER_CLASS}",
-    **{m: f"uploads per-class soft labels {_PER_CLASS}" for m in FEDD2P_METHODS},
-    "pep-fedpt": f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
-}
 ADAPTER_KINDS = ("matrix", "direct")
-# FedD2P's class-description templates (the paper's four), by name.
-D2P_TEMPLATES = {
-    "photo": "a photo of a {c}",
-    "digit": "a photo of digit {c}",
-    "texture": "{c} texture",
-    "satellite": "a centered satellite photo of {c}",
-}
 DATASETS = ("digits", "imagefolder", "domains", "cifar10", "cifar100", "hf")
 PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "domain")
 # len(fedapp.data.domains.SYNTHETIC_DOMAINS); a test keeps them equal.
@@ -440,21 +378,6 @@ def client_clip_model_names(v: Mapping[str, Scalar]) -> tuple[str, ...]:
     return listed or (str(v["clip-model"]),)
 
 
-def parse_class_layers(text: str) -> tuple[int, ...]:
-    """``"5,6,7"`` → ``(5, 6, 7)``; a ConfigError names a bad entry."""
-    layers = []
-    for item in str(text).split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if not item.isdigit():
-            raise ConfigError(f"config key 'class-prompt-layers' = {text!r}: {item!r} is not a layer number")
-        layers.append(int(item))
-    if not layers:
-        raise ConfigError(f"config key 'class-prompt-layers' = {text!r} names no layer")
-    return tuple(sorted(set(layers)))
-
-
 def held_out_partitions(v: Mapping[str, Scalar]) -> frozenset[int]:
     """Partitions that never train: ``round(held-out-fraction * num-partitions)`` of
     them, drawn from the seed alone so server and clients agree without talking,
@@ -513,23 +436,26 @@ def _check_domains(v: dict[str, Scalar]) -> None:
 
 
 def _check_base_to_novel(v: dict[str, Scalar]) -> None:
-    if v["base-to-novel"] and v["method"] not in CLIP_METHODS:
+    if v["base-to-novel"] and not CATALOG[str(v["method"])].names_unseen_classes:
         raise ConfigError(
             f"config key 'base-to-novel' = true, but method {v['method']!r} classifies with a head learned over its "
-            f"training classes and cannot name classes it never saw; base-to-novel runs {', '.join(CLIP_METHODS)}"
+            f"training classes and cannot name classes it never saw; base-to-novel runs "
+            f"{', '.join(methods_where(names_unseen_classes=True))}"
         )
 
 
 def _check_vision_tower(v: dict[str, Scalar]) -> None:
-    if v["method"] in ("fedd2p", "fedd2p-gt"):
+    if CATALOG[str(v["method"])].backbone == "cnn+server-clip":
         template = str(v["d2p-template"])
-        if template and template not in D2P_TEMPLATES and "{c}" not in template:
+        from fedapp.methods.fedd2p import TEMPLATES  # noqa: PLC0415 - torch only when needed
+
+        if template and template not in TEMPLATES and "{c}" not in template:
             raise ConfigError(
-                f"config key 'd2p-template' = {template!r} is neither one of {', '.join(D2P_TEMPLATES)} "
+                f"config key 'd2p-template' = {template!r} is neither one of {', '.join(TEMPLATES)} "
                 "nor a template containing {c}"
             )
         return  # its backbone is the server's alone: checked there, so edge clients never import open_clip
-    if v["method"] not in VPT_METHODS:
+    if CATALOG[str(v["method"])].backbone != "clip-vision":
         return
     if str(v["client-clip-models"]).strip():
         raise ConfigError(
@@ -544,6 +470,8 @@ def _check_vision_tower(v: dict[str, Scalar]) -> None:
     except ModelError as err:
         raise ConfigError(f"config key 'clip-model' = {v['clip-model']!r}: {err}") from err
     if v["method"] == "pep-fedpt":
+        from fedapp.methods.visual_prompts import parse_class_layers  # noqa: PLC0415
+
         layers = parse_class_layers(str(v["class-prompt-layers"]))
         bad = [layer for layer in layers if not 2 <= layer <= shape.layers]
         if bad:
@@ -576,10 +504,11 @@ def _check_model(v: dict[str, Scalar]) -> None:
                 f"{', '.join(MODEL_NAMES)}"
             )
     mixed = len(set(client_model_names(v))) > 1
-    if mixed and v["method"] not in HETEROGENEOUS_METHODS and v["method"] not in CLIP_METHODS:
+    spec = CATALOG[str(v["method"])]
+    if mixed and not spec.mixed_models and spec.backbone != "clip-text":
         raise ConfigError(
             f"config key 'client-models' = {v['client-models']!r} mixes architectures, but method "
-            f"'{v['method']}' averages whole models; use one of: {', '.join(HETEROGENEOUS_METHODS)}"
+            f"'{v['method']}' averages whole models; use one of: {', '.join(methods_where(mixed_models=True))}"
         )
 
 
@@ -646,10 +575,11 @@ def _check_aggregation(v: dict[str, Scalar]) -> None:
         )
     if rule == "mean":
         return
-    if v["method"] not in PARAMETER_AVERAGING_METHODS:
+    spec = CATALOG[str(v["method"])]
+    if not spec.averages_parameters:
         raise ConfigError(
             f"config key 'aggregation' = {rule!r} applies to methods that average a shared model "
-            f"({', '.join(PARAMETER_AVERAGING_METHODS)}); {v['method']!r} {NOT_PARAMETER_AVERAGING[str(v['method'])]}"
+            f"({', '.join(methods_where(averages_parameters=True))}); {v['method']!r} {spec.uploads_note}"
         )
     if v["secagg"]:
         raise ConfigError(
@@ -667,8 +597,6 @@ def _check_aggregation(v: dict[str, Scalar]) -> None:
 
 def _check_secagg(v: dict[str, Scalar]) -> None:
     if v["secagg"]:
-        from fedapp.secure_aggregation import check_secagg_config  # noqa: PLC0415 - flwr only when needed
-
         check_secagg_config(v)
 
 
@@ -676,15 +604,13 @@ def _check_dp(v: dict[str, Scalar]) -> None:
     if float(v["dp-delta"]) >= 1:
         raise ConfigError(f"config key 'dp-delta' = {v['dp-delta']!r} must be < 1")
     if v["dp"] != "off":
-        from fedapp.privacy import check_dp_config  # noqa: PLC0415 - flwr only when needed
-
         check_dp_config(v)
 
 
 def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
     """Text prompts must fit the text tower: start token, prompt, at least one
     class-name token and the end token within the model's context length."""
-    if v["method"] not in CLIP_METHODS:
+    if CATALOG[str(v["method"])].backbone != "clip-text":
         return
     from fedapp.errors import ModelError  # noqa: PLC0415
     from fedapp.models.clip import text_context_length  # noqa: PLC0415 - open_clip only for CLIP methods
@@ -724,6 +650,79 @@ def _check_run_name(v: dict[str, Scalar]) -> None:
         raise ConfigError(
             f"config key 'run-name' = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
             "spaces): runs are written to results-dir/<run-name>"
+        )
+
+
+# The masks of SecAgg+ are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
+MODULUS_RANGE = 2**32
+
+
+def check_dp_config(v: Mapping[str, Scalar]) -> None:
+    """Refuse DP for a method whose uploads are not parameters the server averages."""
+    method = str(v["method"])
+    spec = CATALOG[method]
+    if not spec.averages_parameters:
+        raise ConfigError(
+            f"config key 'dp' = {v['dp']!r}: method {method!r} {spec.uploads_note}. Client-level DP here covers the "
+            f"methods whose server averages parameters: {', '.join(methods_where(averages_parameters=True))}"
+        )
+    if v.get("secagg"):
+        raise ConfigError(
+            f"config keys 'dp' = {v['dp']!r} and 'secagg' = true cannot be combined yet: SecAgg+ averages the "
+            "uploads weighted by example counts on the clients, while the DP noise is calibrated to a uniform "
+            "average of clipped updates (each client moving it by at most C / clients)"
+        )
+
+
+def check_secagg_config(v: Mapping[str, Scalar]) -> None:
+    """The rules of a run with ``secagg = true`` (a ConfigError names the broken one)."""
+    method = str(v["method"])
+    spec = CATALOG[method]
+    if not spec.averages_parameters:
+        raise ConfigError(
+            f"config key 'secagg' = true: method '{method}' cannot use secure aggregation, because it "
+            f"{spec.uploads_note}; methods that can: {', '.join(methods_where(averages_parameters=True))}"
+        )
+    if v["resume"]:
+        raise ConfigError(
+            "config keys 'secagg' = true and 'resume' = true: resuming a run under secure aggregation is not "
+            "supported; start the run afresh (or resume with secagg = false)"
+        )
+    min_clients = int(v["min-clients"])
+    if min_clients < 2:
+        raise ConfigError(
+            f"config key 'min-clients' = {min_clients}: secure aggregation needs at least 2 clients per round "
+            "(one client's 'sum' would be its own upload); set min-clients >= 2"
+        )
+    shares = float(v["secagg-num-shares"])
+    if shares > 1 and (shares != int(shares) or shares < 3):
+        raise ConfigError(
+            f"config key 'secagg-num-shares' = {v['secagg-num-shares']}: a value > 1 is a number of shares and "
+            "must be a whole number >= 3 (a value <= 1 is a share of the round's clients; 1.0 = all of them)"
+        )
+    threshold = float(v["secagg-reconstruction-threshold"])
+    if threshold > 1:
+        if threshold != int(threshold):
+            raise ConfigError(
+                f"config key 'secagg-reconstruction-threshold' = {v['secagg-reconstruction-threshold']}: a value "
+                "> 1 is a number of shares and must be a whole number (a value <= 1 is a fraction of the shares)"
+            )
+        if shares > 1 and threshold >= shares:
+            raise ConfigError(
+                f"config key 'secagg-reconstruction-threshold' = {int(threshold)} must be less than "
+                f"'secagg-num-shares' = {int(shares)}"
+            )
+        if threshold > min_clients:
+            raise ConfigError(
+                f"config key 'secagg-reconstruction-threshold' = {int(threshold)} is more than 'min-clients' = "
+                f"{min_clients}: a round with min-clients participants could never unmask its sum"
+            )
+    levels = int(v["secagg-quantization-range"])
+    clients = int(v["num-partitions"])
+    if levels * clients >= MODULUS_RANGE:
+        raise ConfigError(
+            f"config key 'secagg-quantization-range' = {levels}: times 'num-partitions' = {clients} it reaches "
+            f"the modulus 2**32, so the masked sum could overflow; lower it below {MODULUS_RANGE // clients}"
         )
 
 

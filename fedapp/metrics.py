@@ -262,7 +262,7 @@ class RunRecorder:
         self.config = dict(config)
         self.target_accuracy = target_accuracy
         self.records: list[RoundRecord] = []
-        # Run-level fields a wrapper adds to summary.json (e.g. the privacy budget, fedapp.privacy).
+        # Run-level fields a wrapper adds to summary.json (e.g. the privacy budget, fedapp.flower.privacy).
         self.summary_extra: dict[str, Any] = {}
         self.metrics_path = self.directory / "metrics.jsonl"
         if fresh:

@@ -14,10 +14,10 @@ from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
 from fedapp.errors import error_line
+from fedapp.flower.privacy import wrap_for_privacy
+from fedapp.flower.secure_aggregation import run_secagg
 from fedapp.metrics import check_clients_trained, release_folder
-from fedapp.privacy import wrap_for_privacy
 from fedapp.registry import strategy_class
-from fedapp.secure_aggregation import run_secagg
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -144,7 +144,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
 
     It runs :func:`server_components`' legacy server, as ``ServerApp(server_fn=...)``
     would; with ``secagg = true`` the same strategy goes through Flower's
-    ``DefaultWorkflow`` with SecAgg+ fit rounds instead (:mod:`fedapp.secure_aggregation`).
+    ``DefaultWorkflow`` with SecAgg+ fit rounds instead (:mod:`fedapp.flower.secure_aggregation`).
     """
     app = ServerApp()
 

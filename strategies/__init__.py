@@ -14,7 +14,7 @@ reads it from the run config); :mod:`fedapp.registry` says which class serves
 which method.
 """
 
-from strategies.base import ClientUpdate, FedAppStrategy
+from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
 from strategies.fd import FDStrategy
 from strategies.fedavg import FedAvgStrategy
 from strategies.fedd2p import FedD2PStrategy

@@ -18,11 +18,11 @@ import torch
 
 from fedapp.aggregation import Arrays
 from fedapp.errors import ConfigError, ModelError, StateError
+from fedapp.flower.strategy import ClientUpdate
 from fedapp.methods.fedd2p import ServerKnowledgeModel, class_descriptions, global_knowledge, train_generator
 from fedapp.models import load_open_clip
 from fedapp.models.vpt import vision_tower_shape
 from fedapp.training import select_device
-from strategies.base import ClientUpdate
 from strategies.per_class import PerClassStrategy
 
 log = logging.getLogger("flwr.fedapp")

@@ -5,15 +5,14 @@ from __future__ import annotations
 from torch import nn
 
 from fedapp.config import client_model_names
-from fedapp.methods.common import require_same_feature_dim
-from strategies.shared_module import LOCAL_MODEL_NOTE, SharedModuleStrategy
+from fedapp.methods.per_class import require_same_feature_dim
+from strategies.shared_module import SharedModuleStrategy
 
 
 class FedKDStrategy(SharedModuleStrategy):
     """Adaptive mutual distillation (Wu et al., 2022): only the student travels."""
 
     has_global_model = False
-    new_client_note = LOCAL_MODEL_NOTE
 
     def build_shared_module(self) -> nn.Module:
         names = (*client_model_names(self.config.values), str(self.config["shared-model"]))

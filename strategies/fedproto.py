@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedapp.config import client_model_names
-from fedapp.methods.common import require_same_feature_dim
+from fedapp.methods.per_class import require_same_feature_dim
 from strategies.per_class import PerClassStrategy
 
 

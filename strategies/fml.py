@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from torch import nn
 
-from strategies.shared_module import LOCAL_MODEL_NOTE, SharedModuleStrategy
+from strategies.shared_module import SharedModuleStrategy
 
 
 class FMLStrategy(SharedModuleStrategy):
     """Federated mutual learning (Shen et al., 2020): only the shared model travels."""
 
     has_global_model = False
-    new_client_note = LOCAL_MODEL_NOTE
 
     def build_shared_module(self) -> nn.Module:
         return self.zoo_model(str(self.config["shared-model"]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from fedapp.config import client_model_names
-from fedapp.methods.common import require_same_feature_dim
+from fedapp.methods.per_class import require_same_feature_dim
 from strategies.shared_module import SharedModuleStrategy
 
 
@@ -13,7 +13,6 @@ class LGFedAvgStrategy(SharedModuleStrategy):
     """Local representations, global head (Liang et al., 2020)."""
 
     has_global_model = False
-    new_client_note = "only the classifier head is shared; a new client's representation layers are untrained"
 
     def build_shared_module(self) -> nn.Module:
         dim = require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "lg-fedavg")

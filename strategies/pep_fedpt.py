@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from fedapp.aggregation import Arrays, weighted_average
-from fedapp.methods.common import merge_per_class
+from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
+from fedapp.methods.per_class import merge_per_class
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.params import get_arrays
-from strategies.base import ClientUpdate, FedAppStrategy
 
 
 class PEPFedPTStrategy(FedAppStrategy):

@@ -7,8 +7,8 @@ import functools
 import numpy as np
 
 from fedapp.aggregation import Arrays
-from fedapp.methods.common import merge_per_class
-from strategies.base import ClientUpdate, FedAppStrategy
+from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
+from fedapp.methods.per_class import merge_per_class
 
 
 class PerClassStrategy(FedAppStrategy):
@@ -17,7 +17,6 @@ class PerClassStrategy(FedAppStrategy):
     previous value."""
 
     has_global_model = False
-    new_client_note = "clients share per-class knowledge, not a model; a new client's model is untrained"
 
     def statistic_dim(self) -> int:
         """Width of one class's statistic."""

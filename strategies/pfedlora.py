@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from fedapp.config import client_model_names
-from fedapp.methods.common import require_same_feature_dim
+from fedapp.methods.per_class import require_same_feature_dim
 from fedapp.methods.pfedlora import LowRankAdapter
 from strategies.shared_module import SharedModuleStrategy
 
@@ -14,7 +14,6 @@ class PFedLoRAStrategy(SharedModuleStrategy):
     """FedAvg of the adapter that heterogeneous local CNNs share (Yi et al., pFedLoRA)."""
 
     has_global_model = False
-    new_client_note = "only the low-rank adapter is shared; a new client's own CNN is untrained"
 
     def build_shared_module(self) -> nn.Module:
         dim = require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "pfedlora")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from fedapp.config import client_clip_model_names
-from fedapp.methods.prompts import require_same_token_width
+from fedapp.methods.text_prompts import require_same_token_width
 from fedapp.models import text_token_width
 from fedapp.models.prompt import PromptContext
 from strategies.shared_module import SharedModuleStrategy

@@ -10,4 +10,3 @@ class SDFedStrategy(PromptFLStrategy):
     Subspace refinement and divergence control happen on the clients."""
 
     has_global_model = False
-    new_client_note = "half of its classifier is the private local prompt, which a new client has not trained"

@@ -11,14 +11,14 @@ import logging
 import torch
 from torch import nn
 
-from fedapp.aggregation import Arrays, min_updates, robust_aggregate
+from fedapp.aggregation import Arrays, min_updates
+from fedapp.flower.robust import robust_aggregate
+from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
 from fedapp.params import get_arrays
-from strategies.base import ClientUpdate, FedAppStrategy
 
 log = logging.getLogger("flwr.fedapp")
 
 #: FML and FedKD share a small model but score each client on its own local one.
-LOCAL_MODEL_NOTE = "clients are scored on their own local model, which a new client has not trained"
 
 
 class SharedModuleStrategy(FedAppStrategy):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from fedapp.aggregation import Arrays
-from strategies.base import ClientUpdate, FedAppStrategy
+from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
 
 
 class StandaloneStrategy(FedAppStrategy):
     """No communication of model state: the lower bound of collaboration."""
 
     has_global_model = False
-    new_client_note = "each client trains its own model alone, so a client that never trained has none"
 
     def initial_arrays(self) -> Arrays:
         return []

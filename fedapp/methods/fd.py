@@ -13,7 +13,7 @@ import numpy as np
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedapp.methods.common import class_distillation_loss
+from fedapp.methods.per_class import class_distillation_loss
 from fedapp.training import LossFn
 
 

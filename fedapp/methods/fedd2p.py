@@ -28,16 +28,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedapp.config import D2P_TEMPLATES
 from fedapp.errors import ConfigError
-from fedapp.methods.common import class_distillation_loss
+from fedapp.methods.per_class import class_distillation_loss
 from fedapp.models.prompt import class_phrase
 from fedapp.training import LossFn
 
 if TYPE_CHECKING:
     from fedapp.models.clip import LoadedClip
 
-TEMPLATES = D2P_TEMPLATES
+# FedD2P's class-description templates (the paper's four), by name.
+TEMPLATES = {
+    "photo": "a photo of a {c}",
+    "digit": "a photo of digit {c}",
+    "texture": "{c} texture",
+    "satellite": "a centered satellite photo of {c}",
+}
 
 DATASET_TEMPLATES = {"digits": "digit"}
 GENERATORS = ("attention", "mlp")

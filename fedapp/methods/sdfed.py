@@ -1,6 +1,6 @@
 """SDFed math: subspace refinement, retention/separation losses, the local objective.
 
-Our reading of the paper is in METHODS.md (Family A). Each client holds a
+Our reading of the paper is on the docs' SDFed page. Each client holds a
 shared global prompt ``G_s`` (8 × d_tok) and a private local prompt ``G_c``
 (S_l × d_tok). Once per round the received ``G_s`` yields a projector ``R``
 that removes its dominant right-singular directions; the local branch uses
@@ -19,22 +19,26 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedapp.errors import ConfigError, ModelError
-from fedapp.models.prompt import PromptTextEncoder, clip_logits
+from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_logits
+from fedapp.training import LossFn
 
 __all__ = [
     "PROJECTOR_MODES",
     "Projector",
+    "SDFedClassifier",
     "SDFedWeights",
     "build_projector",
     "parse_local_lengths",
     "refine",
     "retention_loss",
+    "round_classifier",
     "sample_local_lengths",
     "sdfed_logits",
     "sdfed_loss",
+    "sdfed_train_loss",
     "separation_loss",
     "subspace_projector",
     "top_right_singular_vectors",
@@ -406,3 +410,60 @@ def parse_local_lengths(spec: str | int, num_clients: int, seed: int) -> list[in
     if min(lengths) < 1:
         raise ConfigError(f"local prompt lengths {spec!r}: every length must be at least 1")
     return [lengths[i % len(lengths)] for i in range(num_clients)]
+
+
+class SDFedClassifier(nn.Module):
+    """SDFed's two-branch prompt classifier; ``projector`` is fixed for the round."""
+
+    def __init__(
+        self,
+        encoder: PromptTextEncoder,
+        global_context: PromptContext,
+        local_context: PromptContext,
+        projector: Tensor,
+        logit_scale: Tensor,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.global_context = global_context
+        self.local_context = local_context
+        self.register_buffer("projector", projector.detach().clone())
+        self.register_buffer("logit_scale", logit_scale.detach().clone())
+
+    def forward(self, image_features: Tensor) -> Tensor:
+        text_global = self.encoder.encode_classes(self.global_context.context)
+        text_local = self.encoder.encode_classes(refine(self.local_context.context, self.projector))
+        return sdfed_logits(image_features, text_global, text_local, self.logit_scale)
+
+
+def sdfed_train_loss(weights: SDFedWeights) -> LossFn:
+    """CE + alpha L_str + beta L_sep for the shared train loop."""
+
+    def loss(model: SDFedClassifier, features: Tensor, labels: Tensor) -> Tensor:
+        value, _ = sdfed_loss(
+            model.encoder,
+            model.global_context.context,
+            model.local_context.context,
+            model.projector,
+            features,
+            labels,
+            model.logit_scale,
+            weights,
+        )
+        return value
+
+    return loss
+
+
+def round_classifier(
+    encoder: PromptTextEncoder,
+    global_context: PromptContext,
+    local_context: PromptContext,
+    weights: SDFedWeights,
+    logit_scale: Tensor | float,
+    projector_mode: str = "rank",
+) -> SDFedClassifier:
+    """One round's classifier: subspace refinement from the global prompt as received
+    (the projector is built once per round and held fixed), then both branches."""
+    projector = build_projector(global_context.context.detach(), lam=weights.lam, mode=projector_mode)
+    return SDFedClassifier(encoder, global_context, local_context, projector.matrix, logit_scale)

@@ -13,8 +13,13 @@ pep-fedpt     layer 1 (P_S)              ``class-prompt-layers``
 
 from __future__ import annotations
 
-from fedapp.config import RunConfig, parse_class_layers
+from typing import TYPE_CHECKING
+
+from fedapp.errors import ConfigError
 from fedapp.models.vpt import VisionTowerShape, VisualPrompts, vision_tower_shape
+
+if TYPE_CHECKING:
+    from fedapp.config import RunConfig
 
 
 def prompt_layers(method: str, shape: VisionTowerShape) -> tuple[int, ...]:
@@ -41,3 +46,18 @@ def build_visual_prompts(config: RunConfig, num_classes: int) -> VisualPrompts:
         class_length=int(config["class-prompt-length"]) if class_layers else 0,
         seed=int(config["seed"]),
     )
+
+
+def parse_class_layers(text: str) -> tuple[int, ...]:
+    """``"5,6,7"`` → ``(5, 6, 7)``; a ConfigError names a bad entry."""
+    layers = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.isdigit():
+            raise ConfigError(f"config key 'class-prompt-layers' = {text!r}: {item!r} is not a layer number")
+        layers.append(int(item))
+    if not layers:
+        raise ConfigError(f"config key 'class-prompt-layers' = {text!r} names no layer")
+    return tuple(sorted(set(layers)))

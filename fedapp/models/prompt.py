@@ -1,6 +1,6 @@
 """Text prompt learning over a frozen open_clip CLIP model (CoOp-style).
 
-Shared by CoOp-local, PromptFL and SDFed (METHODS.md, Family A):
+Shared by CoOp-local, PromptFL and SDFed:
 
 * :class:`PromptTextEncoder` runs learnable context vectors through the frozen
   text tower, reproducing ``CLIP.encode_text`` on token embeddings;

@@ -6,7 +6,7 @@ that chosen partitions misbehave in ``fit`` in chosen rounds: they raise, die,
 stall, or reply with NaN/Inf values, arrays of the wrong shape, dtype or count,
 a zero or negative example count, a NaN loss, or (per-class methods) a negative
 class count. Every strategy validates replies in one place
-(:meth:`strategies.base.FedAppStrategy.aggregate_fit`), so FedAvg carries most
+(:meth:`fedapp.flower.strategy.FedAppStrategy.aggregate_fit`), so FedAvg carries most
 cases and FedProto, whose uploads are per-class statistics, shows the same step
 guards another method.
 

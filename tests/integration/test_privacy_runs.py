@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from fedapp.privacy import (
-    epsilon,
-)
+from fedapp.dp import epsilon
 
 
 def test_simulation_reports_epsilon_per_round_and_in_the_summary(tmp_path):

@@ -16,11 +16,11 @@ from flwr.simulation import run_simulation
 from fedapp.clientdata import base_class_count, load_client_data, load_dataset
 from fedapp.config import METHODS, held_out_partitions, resolve_run_config
 from fedapp.data.domains import SYNTHETIC_DOMAINS
-from fedapp.inprocess import InProcessClients, drive_rounds
+from fedapp.flower.driver import drive_rounds, stand_in_manager
+from fedapp.inprocess import InProcessClients
 from fedapp.metrics import read_metrics
 from fedapp.report import load_run
 from fedapp.server_app import build_strategy
-from strategies.proxies import stand_in_manager
 from tests.unit.test_protocols import DOMAIN_PROTOCOL, METHOD_SETTINGS
 
 

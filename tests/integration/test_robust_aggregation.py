@@ -13,9 +13,9 @@ import pytest
 from flwr.common import FitRes, ndarrays_to_parameters, parameters_to_ndarrays
 
 from fedapp.config import resolve_run_config
-from fedapp.inprocess import InProcessClients, drive_rounds
+from fedapp.flower.driver import drive_rounds, stand_in_manager
+from fedapp.inprocess import InProcessClients
 from fedapp.server_app import build_strategy
-from strategies.proxies import stand_in_manager
 
 POISONED = (0, 1)
 SETTING = {

@@ -16,11 +16,9 @@ from flwr.simulation import run_simulation
 from fedapp.checkpoint import FILENAME as CHECKPOINT_FILE
 from fedapp.checkpoint import load_checkpoint
 from fedapp.client_app import make_client_fn
+from fedapp.flower.secure_aggregation import secagg_client_mod
 from fedapp.metrics import read_metrics
-from fedapp.secure_aggregation import (
-    error_bound,
-    secagg_client_mod,
-)
+from fedapp.secagg import error_bound
 from fedapp.server_app import make_server_app
 from tests.unit.test_secagg import CLIENTS
 

@@ -5,7 +5,7 @@ the SuperLink's namespace (10.77.0.0/24), so every connection crosses a real
 network interface and nothing can use another host's loopback. The federation
 runs with TLS (a private CA from ``docker/make-certs.sh``) and SuperNode
 authentication (keys from ``docker/make-node-keys.sh``, registered with
-``flwr supernode register``), exactly as the README's deployment section says.
+``flwr supernode register``), exactly as docs/deployment.md says.
 
 Needs root (CAP_NET_ADMIN) and iproute2; elsewhere :data:`UNAVAILABLE` says why
 and the tests that need the hosts are skipped with it. Every process is stopped

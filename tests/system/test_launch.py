@@ -284,7 +284,7 @@ def test_a_tampered_checkpoint_is_refused_in_one_line_and_the_run_folder_kept(tm
 
 
 def plain_flwr_run(home: Path, run_config: str, cwd: Path) -> str:
-    """``flwr run`` as the README shows it (a local simulation), in a fresh Flower home; the
+    """``flwr run`` as docs/getting-started.md shows it (a local simulation), in a fresh Flower home; the
     local SuperLink it leaves running is stopped by PID. Returns what the user saw."""
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     federation = "num-supernodes=2 client-resources-num-cpus=1"
@@ -315,8 +315,8 @@ ROBUST_COMMAND = re.compile(r"^python -m fedapp\.launch --run-config 'aggregatio
 
 
 def test_the_readme_robust_aggregation_command_runs_as_written(tmp_path):
-    """The README's command, verbatim, in a fresh folder: three Multi-Krum rounds of ten clients."""
-    (line,) = ROBUST_COMMAND.findall((ROOT / "README.md").read_text())
+    """The command in docs/reliability.md, verbatim, in a fresh folder: three Multi-Krum rounds of ten clients."""
+    (line,) = ROBUST_COMMAND.findall((ROOT / "docs" / "reliability.md").read_text())
     command = [sys.executable, *shlex.split(line)[1:]]  # this environment's python
     proc = subprocess.run(command, check=False, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

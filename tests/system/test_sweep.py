@@ -28,8 +28,9 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     tmp = Path(tempfile.mkdtemp(prefix="sweep-"))
     request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     env = {**os.environ, "TMPDIR": str(tmp), "FLWR_TELEMETRY_ENABLED": "0"}
-    # The README's command, verbatim, in a fresh folder.
-    command = [sys.executable, *shlex.split(README_COMMAND.search((ROOT / "README.md").read_text()).group(0))[1:]]
+    # The command in docs/protocols.md, verbatim, in a fresh folder.
+    docs = (ROOT / "docs" / "protocols.md").read_text()
+    command = [sys.executable, *shlex.split(README_COMMAND.search(docs).group(0))[1:]]
     plan = subprocess.run([*command, "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     assert "4 runs" in plan.stdout
     first, second = plan.stdout.split()[-4:-2]  # fedavg's two seeds

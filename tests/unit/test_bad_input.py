@@ -33,10 +33,10 @@ from fedapp.checkpoint import ServerCheckpoint, rng_state, save_checkpoint
 from fedapp.client_app import make_client_app, node_partition
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError, DataError, StateError
+from fedapp.flower.driver import PartitionProxy, stand_in_manager
 from fedapp.server_app import build_strategy, server_components
 from fedapp.state import DiskStateStore
 from strategies import FedAppStrategy, PFedLoRAStrategy, PromptFLStrategy
-from strategies.proxies import PartitionProxy, stand_in_manager
 
 # ----- configuration -----------------------------------------------------------------------------------------------
 

@@ -7,9 +7,10 @@ import re
 import pytest
 import tomllib
 
+from fedapp.catalog import CATALOG
 from fedapp.config import SCHEMA, defaults, resolve_run_config, settings_digest, validate
 from fedapp.errors import ConfigError
-from fedapp.registry import REGISTRY
+from fedapp.registry import client_class, strategy_class
 from tests.paths import ROOT
 
 
@@ -18,8 +19,24 @@ def test_pyproject_declares_exactly_the_schema_defaults():
     assert declared == defaults()
 
 
-def test_registry_names_every_method():
-    assert set(REGISTRY) == set(SCHEMA["method"].choices)
+def test_the_catalog_names_every_method_and_each_lives_under_its_own_name():
+    assert tuple(CATALOG) == SCHEMA["method"].choices
+    servers = {spec.module for spec in CATALOG.values()}
+    for name, spec in CATALOG.items():
+        assert strategy_class(name).__module__ == spec.strategy.partition(":")[0]
+        assert client_class(name).__module__ == spec.client.partition(":")[0]
+        if spec.variant_of:  # the same two halves as the method it varies, with other settings
+            parent = CATALOG[spec.variant_of]
+            assert (spec.strategy, spec.client) == (parent.strategy, parent.client), name
+            continue
+        assert spec.client == f"clients.{spec.module}:{spec.client.partition(':')[2]}", name
+        # a strategy of its own, or the server of another catalogued method (nothing-shared ones reuse Standalone)
+        assert spec.strategy.partition(":")[0].removeprefix("strategies.") in servers, name
+        # every method with math of its own keeps it in fedapp/methods/<module>.py; these only average a
+        # shared module (the zoo CNN, a head, one text context, visual prompts) or share nothing
+        math_free = ("fedavg", "lg-fedavg", "promptfl", "head-fedavg", "fedvpt")
+        has_math = (ROOT / "fedapp" / "methods" / f"{spec.module}.py").exists()
+        assert has_math != (name in math_free or spec.uploads == "nothing"), name
 
 
 def test_defaults_validate_and_name_the_run():

@@ -7,13 +7,16 @@ import pytest
 import torch
 from flwr.common import ndarrays_to_parameters
 
-from clients.prompt import FEATURES, CoOpLocalClient, PromptFLClient, SDFedClient
+from clients.coop_local import CoOpLocalClient
+from clients.promptfl import PromptFLClient
+from clients.sdfed import SDFedClient
+from clients.text_prompt import FEATURES
 from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
+from fedapp.flower.strategy import ClientUpdate
 from fedapp.metrics import payload_bytes
 from fedapp.state import MemoryStateStore
-from strategies.base import ClientUpdate
 from strategies.promptfl import PromptFLStrategy
 from strategies.sdfed import SDFedStrategy
 

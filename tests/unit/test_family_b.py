@@ -7,22 +7,24 @@ import pytest
 import torch
 from flwr.common import ndarrays_to_parameters
 
+from clients.fd import FDClient
+from clients.fedkd import FedKDClient
+from clients.fedproto import FedProtoClient
+from clients.fml import FMLClient
 from clients.lg_fedavg import LGFedAvgClient
-from clients.mutual import FedKDClient, FMLClient
-from clients.per_class import FDClient, FedProtoClient
 from clients.pfedlora import PFedLoRAClient
 from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.flops import forward_flops
+from fedapp.flower.strategy import ClientUpdate
 from fedapp.methods import pfedlora
-from fedapp.methods.common import merge_per_class
+from fedapp.methods.per_class import merge_per_class
 from fedapp.metrics import payload_bytes
 from fedapp.models import build_model
 from fedapp.params import get_arrays
 from fedapp.state import MemoryStateStore
 from fedapp.training import TensorData, train
-from strategies.base import ClientUpdate
 from strategies.pfedlora import PFedLoRAStrategy
 
 HETERO = "cnn-1,cnn-2,cnn-3,cnn-4,cnn-5"

@@ -11,6 +11,7 @@ from clients.fedd2p import FedD2PClient
 from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
+from fedapp.flower.strategy import ClientUpdate
 from fedapp.methods.fedd2p import (
     PromptGenerator,
     ServerKnowledgeModel,
@@ -20,7 +21,6 @@ from fedapp.methods.fedd2p import (
     train_generator,
 )
 from fedapp.state import MemoryStateStore
-from strategies.base import ClientUpdate
 from strategies.fedd2p import FedD2PStrategy
 
 CLASSES = 10

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clients.prompt import PromptFLClient
-from clients.vpt import PEPFedPTClient
+from clients.pep_fedpt import PEPFedPTClient
+from clients.promptfl import PromptFLClient
 from fedapp import launch, training
 from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config

@@ -1,4 +1,4 @@
-"""Client-level differential privacy (fedapp.privacy): clipping, noise, the accountant, config, a run."""
+"""Client-level differential privacy (fedapp.flower.privacy): clipping, noise, the accountant, config, a run."""
 
 from __future__ import annotations
 
@@ -21,19 +21,11 @@ from flwr.server import SimpleClientManager
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.config import resolve_run_config
+from fedapp.dp import epsilon, rdp_sampled_gaussian, sampled_per_round, update_norm
 from fedapp.errors import ConfigError
-from fedapp.privacy import (
-    ClientSideFixedClipping,
-    ServerSideFixedClipping,
-    dp_clipping_mod,
-    epsilon,
-    rdp_sampled_gaussian,
-    sampled_per_round,
-    update_norm,
-    wrap_for_privacy,
-)
+from fedapp.flower.driver import PartitionProxy
+from fedapp.flower.privacy import ClientSideFixedClipping, ServerSideFixedClipping, dp_clipping_mod, wrap_for_privacy
 from strategies import FedAvgStrategy, LGFedAvgStrategy
-from strategies.proxies import PartitionProxy
 
 C = 1.0
 

@@ -14,16 +14,12 @@ from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters, pa
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.compat.common import recorddict_compat as compat
 
+from fedapp.catalog import CATALOG, methods_where
 from fedapp.client_app import make_client_app
 from fedapp.config import METHODS, resolve_run_config
 from fedapp.errors import ConfigError
+from fedapp.flower.secure_aggregation import SecAggReplies, check_float_uploads
 from fedapp.registry import strategy_class
-from fedapp.secure_aggregation import (
-    REFUSED_METHODS,
-    SECAGG_METHODS,
-    SecAggReplies,
-    check_float_uploads,
-)
 from strategies.shared_module import SharedModuleStrategy
 
 CLIENTS = 3
@@ -36,9 +32,11 @@ def secagg_config(**extra):
 
 
 def test_every_method_is_either_allowed_or_refused_with_a_reason():
-    assert set(SECAGG_METHODS) | set(REFUSED_METHODS) == set(METHODS)
-    assert not set(SECAGG_METHODS) & set(REFUSED_METHODS)
-    for method in SECAGG_METHODS:
+    allowed = methods_where(averages_parameters=True)
+    assert set(allowed) <= set(METHODS)
+    for method in set(METHODS) - set(allowed):
+        assert CATALOG[method].uploads_note.startswith("uploads "), method
+    for method in allowed:
         # The server does nothing but the example-weighted average SecAgg+ computes.
         cls = strategy_class(method)
         assert issubclass(cls, SharedModuleStrategy), method

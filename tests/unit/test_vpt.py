@@ -6,21 +6,24 @@ import numpy as np
 import pytest
 import torch
 
-from clients.vpt import FedVPTClient, HeadFedAvgClient, LocalVPTClient, PEPFedPTClient
+from clients.fedvpt import FedVPTClient
+from clients.head_fedavg import HeadFedAvgClient
+from clients.local_vpt import LocalVPTClient
+from clients.pep_fedpt import PEPFedPTClient
 from fedapp.clientdata import load_client_data
 from fedapp.config import held_out_partitions, resolve_run_config
 from fedapp.errors import ConfigError, ModelError
-from fedapp.methods.common import merge_per_class
-from fedapp.methods.pepfedpt import ccmp_mixer, class_prior, mixing_weights
+from fedapp.flower.driver import stand_in_manager
+from fedapp.flower.strategy import ClientUpdate
+from fedapp.methods.pep_fedpt import ccmp_mixer, class_prior, mixing_weights
+from fedapp.methods.per_class import merge_per_class
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import TINY_VIT, load_open_clip
 from fedapp.models.vpt import PromptedViT, VisualPrompts, vision_tower_shape
 from fedapp.params import get_arrays
 from fedapp.state import MemoryStateStore
-from strategies.base import ClientUpdate
 from strategies.fedvpt import FedVPTStrategy
 from strategies.pep_fedpt import PEPFedPTStrategy
-from strategies.proxies import stand_in_manager
 
 CLASSES = 10
 WIDTH = 128  # fedapp-tiny-vit

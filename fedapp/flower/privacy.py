@@ -36,8 +36,6 @@ Client-reported metrics (train loss, accuracy) are not privatised.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 from flwr.app import Context, Message, MessageType
@@ -51,110 +49,13 @@ from flwr.server.strategy import (
     DifferentialPrivacyServerSideFixedClipping,
 )
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, compute_stdv
-from scipy.special import gammaln
 
 from fedapp.aggregation import Arrays
-from fedapp.config import NOT_PARAMETER_AVERAGING, PARAMETER_AVERAGING_METHODS, RunConfig, held_out_partitions
+from fedapp.config import RunConfig, check_dp_config
+from fedapp.dp import clip_update, epsilon, same_layout, sampled_per_round, sampling_rate, update_norm
 from fedapp.errors import ConfigError
 
 log = logging.getLogger("flwr.fedapp")
-
-# The methods client-level DP covers, and why each other one is refused.
-DP_METHODS = PARAMETER_AVERAGING_METHODS
-NOT_DP_METHODS = NOT_PARAMETER_AVERAGING
-
-# RDP orders of the accountant: integers, for which the sampled Gaussian's RDP has a closed form.
-RDP_ORDERS = (*range(2, 257), 320, 384, 448, 512, 768, 1024)
-
-
-# ----- configuration -----------------------------------------------------------
-
-
-def check_dp_config(v: Mapping[str, Scalar]) -> None:
-    """Refuse DP for a method whose uploads are not parameters the server averages."""
-    method = str(v["method"])
-    reason = NOT_DP_METHODS.get(method)
-    if reason is not None:
-        raise ConfigError(
-            f"config key 'dp' = {v['dp']!r}: method {method!r} {reason}. Client-level DP here covers the "
-            f"methods whose server averages parameters: {', '.join(DP_METHODS)}"
-        )
-    if v.get("secagg"):
-        raise ConfigError(
-            f"config keys 'dp' = {v['dp']!r} and 'secagg' = true cannot be combined yet: SecAgg+ averages the "
-            "uploads weighted by example counts on the clients, while the DP noise is calibrated to a uniform "
-            "average of clipped updates (each client moving it by at most C / clients)"
-        )
-
-
-def training_clients(config: RunConfig) -> int:
-    """The clients that may be sampled to train: all partitions but the held-out ones."""
-    return int(config["num-partitions"]) - len(held_out_partitions(config.values))
-
-
-def sampled_per_round(config: RunConfig) -> int:
-    """How many clients the strategy samples to train each round (``FedAppStrategy._sample``)."""
-    total = training_clients(config)
-    return min(total, max(int(config["min-clients"]), math.ceil(float(config["fraction-fit"]) * total)))
-
-
-def sampling_rate(config: RunConfig) -> float:
-    """q of the accountant: the share of the training clients sampled each round."""
-    return sampled_per_round(config) / training_clients(config)
-
-
-# ----- accountant ----------------------------------------------------------------
-
-
-def rdp_sampled_gaussian(q: float, sigma: float, orders: Sequence[int] = RDP_ORDERS) -> np.ndarray:
-    """RDP of one step of the Poisson-subsampled Gaussian mechanism at integer ``orders``.
-
-    For sampling rate ``q`` and noise multiplier ``sigma`` (noise std / L2
-    sensitivity), order alpha has epsilon(alpha) = log(A_alpha) / (alpha - 1) with
-    A_alpha = sum_k binom(alpha, k) (1-q)^(alpha-k) q^k exp((k^2 - k) / (2 sigma^2))
-    (Mironov, Talwar and Zhang 2019, Sec. 3.3), summed in log space. With q = 1 it
-    is the Gaussian mechanism's alpha / (2 sigma^2).
-    """
-    if not 0.0 < q <= 1.0:
-        raise ValueError(f"sampling rate q = {q} must lie in (0, 1]")
-    if sigma < 0:
-        raise ValueError(f"noise multiplier sigma = {sigma} must be >= 0")
-    alphas = np.asarray(orders, dtype=np.int64)
-    if alphas.min() < 2:
-        raise ValueError("RDP orders must be integers >= 2")
-    if sigma == 0:
-        return np.full(alphas.shape, math.inf)
-    if q == 1.0:
-        return alphas / (2.0 * sigma**2)
-    out = np.empty(alphas.shape)
-    for i, alpha in enumerate(alphas):
-        k = np.arange(alpha + 1, dtype=np.float64)
-        log_binom = gammaln(alpha + 1) - gammaln(k + 1) - gammaln(alpha - k + 1)
-        terms = log_binom + (alpha - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2.0 * sigma**2)
-        top = terms.max()
-        out[i] = (top + math.log(np.exp(terms - top).sum())) / (alpha - 1)
-    return out
-
-
-def epsilon(q: float, sigma: float, rounds: int, delta: float, orders: Sequence[int] = RDP_ORDERS) -> float:
-    """The epsilon of (epsilon, delta)-DP after ``rounds`` sampled Gaussian steps.
-
-    RDP composes by addition over rounds; the conversion to (epsilon, delta) is
-    Canonne, Kamath and Steinke 2020 (Prop. 12), minimised over the orders, as
-    in Google's ``dp_accounting``. ``inf`` when ``sigma`` = 0, 0 before any round.
-    """
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta = {delta} must lie in (0, 1)")
-    if rounds <= 0:
-        return 0.0
-    rdp = rounds * rdp_sampled_gaussian(q, sigma, orders)
-    alphas = np.asarray(orders, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        eps = rdp + np.log1p(-1.0 / alphas) - (math.log(delta) + np.log(alphas)) / (alphas - 1.0)
-    # Where delta^2 + expm1(-rdp) > 0 the order certifies epsilon = 0.
-    eps = np.where(delta**2 + np.expm1(-rdp) > 0, 0.0, eps)
-    best = float(np.min(eps))
-    return max(0.0, best) if math.isfinite(best) else math.inf
 
 
 # ----- server side -----------------------------------------------------------------
@@ -165,29 +66,6 @@ def _uniform(res: FitRes) -> FitRes:
     n = res.num_examples
     weight = 1 if isinstance(n, int | np.integer) and not isinstance(n, bool) and n > 0 else n
     return FitRes(status=res.status, parameters=res.parameters, num_examples=weight, metrics=res.metrics)
-
-
-def _matches(arrays: Arrays, reference: Arrays) -> bool:
-    return len(arrays) == len(reference) and all(
-        a.shape == r.shape and a.dtype == r.dtype for a, r in zip(arrays, reference, strict=True)
-    )
-
-
-def update_norm(arrays: Arrays, reference: Arrays) -> float:
-    """L2 norm of ``arrays - reference`` over all arrays flattened together."""
-    return math.sqrt(
-        sum(float(np.sum((a.astype(np.float64) - r) ** 2)) for a, r in zip(arrays, reference, strict=True))
-    )
-
-
-def clip_update(arrays: Arrays, reference: Arrays, clipping_norm: float) -> Arrays:
-    """``reference + update * min(1, C / ||update||)`` in the arrays' own dtypes (FlatClip,
-    as Flower's ``compute_clip_model_update``, which divides by zero on an unchanged reply)."""
-    norm = update_norm(arrays, reference)
-    if norm <= clipping_norm:
-        return arrays
-    scale = clipping_norm / norm
-    return [(r + (a.astype(np.float64) - r) * scale).astype(a.dtype) for a, r in zip(arrays, reference, strict=True)]
 
 
 class _FixedClippingMixin:
@@ -309,7 +187,7 @@ class ServerSideFixedClipping(_FixedClippingMixin, DifferentialPrivacyServerSide
             except Exception:  # undecodable: the strategy refuses it with its reason
                 clipped.append((proxy, res))
                 continue
-            if _matches(arrays, current):  # a reply of another layout is refused by the strategy
+            if same_layout(arrays, current):  # a reply of another layout is refused by the strategy
                 arrays = clip_update(arrays, current, self.clipping_norm)
                 res = FitRes(res.status, ndarrays_to_parameters(arrays), res.num_examples, res.metrics)
             clipped.append((proxy, res))
@@ -345,7 +223,7 @@ class ClientSideFixedClipping(_FixedClippingMixin, DifferentialPrivacyClientSide
             except Exception:
                 accepted.append((proxy, res))
                 continue
-            norm = update_norm(arrays, current) if _matches(arrays, current) else 0.0
+            norm = update_norm(arrays, current) if same_layout(arrays, current) else 0.0
             if norm > self.clipping_norm + tolerance:
                 name = self.strategy._client_name(proxy, res.metrics)
                 failures.append(

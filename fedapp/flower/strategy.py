@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from flwr.common import (
@@ -38,6 +38,7 @@ from flwr.server.strategy import Strategy
 from torch import nn
 
 from fedapp.aggregation import Arrays, metrics_problem, update_norm, update_problem
+from fedapp.catalog import CATALOG
 from fedapp.checkpoint import FILENAME as CHECKPOINT_FILE
 from fedapp.checkpoint import (
     ServerCheckpoint,
@@ -63,9 +64,6 @@ from fedapp.metrics import (
 from fedapp.models import build_model
 from fedapp.params import decode_parameters
 from fedapp.registry import strategy_class
-
-if TYPE_CHECKING:
-    from fedapp.secure_aggregation import SecAggReplies
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -102,6 +100,21 @@ class _RoundLog:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class AggregateReplies(Protocol):
+    """What stands in for per-reply validation when every fit reply carries the round's
+    aggregate instead of one client's arrays (SecAgg+: :class:`fedapp.flower.secure_aggregation.SecAggReplies`)."""
+
+    def updates(
+        self,
+        strategy: FedAppStrategy,
+        server_round: int,
+        results: list[tuple[ClientProxy, FitRes]],
+        round_log: _RoundLog,
+    ) -> tuple[list[ClientUpdate], list[ClientUpdate]]:
+        """``(participants, to_aggregate)``: one update per usable participant, and the aggregate."""
+        ...
+
+
 class FedAppStrategy(Strategy):
     """Base strategy of every method in this project.
 
@@ -130,12 +143,9 @@ class FedAppStrategy(Strategy):
 
     #: Whether the method keeps one global model whose accuracy is meaningful.
     has_global_model: bool = True
-    #: Why a client that never trained cannot be served (held-out clients are then not
-    #: evaluated and the summary says so); empty when the global state alone serves it.
-    new_client_note: str = ""
-    #: Set by :func:`fedapp.secure_aggregation.run_secagg` when rounds run under SecAgg+:
+    #: Set by :func:`fedapp.flower.secure_aggregation.run_secagg` when rounds run under SecAgg+:
     #: every fit reply then carries the round's unmasked aggregate, not the client's arrays.
-    secure_aggregation: SecAggReplies | None = None
+    secure_aggregation: AggregateReplies | None = None
 
     def __init__(
         self,
@@ -166,6 +176,13 @@ class FedAppStrategy(Strategy):
         if self._held_out and self.new_client_note and recorder is not None:
             recorder.summary_extra["held_out_note"] = self.held_out_note
             log.warning("%s: the %d held-out clients are not evaluated", self.held_out_note, len(self._held_out))
+
+    @property
+    def new_client_note(self) -> str:
+        """Why a client that never trained cannot be served (held-out clients are then not
+        evaluated and the summary says so); empty when the global state alone serves it.
+        The method's catalog entry says it (:class:`fedapp.catalog.MethodSpec`)."""
+        return CATALOG[str(self.config["method"])].new_client_note
 
     @property
     def held_out_note(self) -> str:

@@ -15,9 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from fedapp.errors import ConfigError
-from fedapp.methods.sdfed import SDFedWeights, refine, sdfed_logits, sdfed_loss
 from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_logits
-from fedapp.training import LossFn
 
 
 class PromptClassifier(nn.Module):
@@ -31,49 +29,6 @@ class PromptClassifier(nn.Module):
 
     def forward(self, image_features: Tensor) -> Tensor:
         return clip_logits(image_features, self.encoder.encode_classes(self.context.context), self.logit_scale)
-
-
-class SDFedClassifier(nn.Module):
-    """SDFed's two-branch prompt classifier; ``projector`` is fixed for the round."""
-
-    def __init__(
-        self,
-        encoder: PromptTextEncoder,
-        global_context: PromptContext,
-        local_context: PromptContext,
-        projector: Tensor,
-        logit_scale: Tensor,
-    ) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.global_context = global_context
-        self.local_context = local_context
-        self.register_buffer("projector", projector.detach().clone())
-        self.register_buffer("logit_scale", logit_scale.detach().clone())
-
-    def forward(self, image_features: Tensor) -> Tensor:
-        text_global = self.encoder.encode_classes(self.global_context.context)
-        text_local = self.encoder.encode_classes(refine(self.local_context.context, self.projector))
-        return sdfed_logits(image_features, text_global, text_local, self.logit_scale)
-
-
-def sdfed_train_loss(weights: SDFedWeights) -> LossFn:
-    """CE + alpha L_str + beta L_sep for the shared train loop."""
-
-    def loss(model: SDFedClassifier, features: Tensor, labels: Tensor) -> Tensor:
-        value, _ = sdfed_loss(
-            model.encoder,
-            model.global_context.context,
-            model.local_context.context,
-            model.projector,
-            features,
-            labels,
-            model.logit_scale,
-            weights,
-        )
-        return value
-
-    return loss
 
 
 def context_from(array: Tensor | None, length: int, width: int, seed: int) -> PromptContext:

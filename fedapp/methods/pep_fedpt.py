@@ -6,7 +6,7 @@ At class layer l, sample x on client k mixes the global class prompts with
 
 normalised over classes, where ``prior_k`` is the client's label distribution
 and ``mu^l`` the global class prototypes (means of ``cls_{l-1}`` pooled on the
-server with momentum, see :func:`fedapp.methods.common.merge_per_class`).
+server with momentum, see :func:`fedapp.methods.per_class.merge_per_class`).
 
 Our readings where the paper is silent: a class without a prototype yet (no
 training client has held it) scores a cosine of 0, so in round 1 the mixture

@@ -7,14 +7,14 @@ metrics still travel in the clear (SecAgg+ weights the sum by them).
 
 The pieces:
 
-* :func:`check_secagg_config`: the config rules (which methods, share counts,
+* :func:`fedapp.secagg.check_secagg_config`: the config rules (which methods, share counts,
   quantization limits), run by :func:`fedapp.config.validate`;
 * :func:`secagg_client_mod`: the ClientApp mod; it runs Flower's
   ``secaggplus_mod`` for the messages of a SecAgg+ round and passes every other
   message through, so it is always installed;
 * :func:`run_secagg`: the ServerApp side; it drives the strategy through
   ``DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(...))``;
-* :class:`SecAggReplies`: what tells a :class:`~strategies.base.FedAppStrategy`
+* :class:`SecAggReplies`: what tells a :class:`~fedapp.flower.strategy.FedAppStrategy`
   that the round's replies carry the unmasked aggregate rather than each
   client's arrays.
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from flwr.app import Context, Message
@@ -48,114 +48,12 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp.grid import Grid
 
 from fedapp.aggregation import Arrays, metrics_problem, update_problem
-from fedapp.config import NOT_PARAMETER_AVERAGING, PARAMETER_AVERAGING_METHODS, RunConfig, Scalar, resolve_run_config
+from fedapp.config import RunConfig, resolve_run_config
 from fedapp.errors import ConfigError
-
-if TYPE_CHECKING:
-    from strategies.base import ClientUpdate, FedAppStrategy, _RoundLog
+from fedapp.flower.strategy import ClientUpdate, FedAppStrategy, _RoundLog, reply_order
+from fedapp.secagg import MODULUS_RANGE, secagg_workflow_options
 
 log = logging.getLogger("flwr.fedapp")
-
-# What SecAgg+ yields, the example-weighted average of float arrays, is the new
-# global state of exactly these methods; each other one is refused with its reason.
-SECAGG_METHODS = PARAMETER_AVERAGING_METHODS
-REFUSED_METHODS = NOT_PARAMETER_AVERAGING
-# The masks are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
-MODULUS_RANGE = 2**32
-
-
-# ----- configuration ------------------------------------------------------------
-
-
-def _count_or_fraction(value: float) -> int | float:
-    """``secagg-num-shares`` / ``-reconstruction-threshold`` as Flower takes them:
-    a value <= 1 is a fraction (float), a larger one a count (int)."""
-    return float(value) if value <= 1 else int(value)
-
-
-def check_secagg_config(v: Mapping[str, Scalar]) -> None:
-    """The rules of a run with ``secagg = true`` (a ConfigError names the broken one)."""
-    method = str(v["method"])
-    if method not in SECAGG_METHODS:
-        reason = REFUSED_METHODS.get(method, "has a server that does more than average the uploads")
-        raise ConfigError(
-            f"config key 'secagg' = true: method '{method}' cannot use secure aggregation, because it {reason}; "
-            f"methods that can: {', '.join(SECAGG_METHODS)}"
-        )
-    if v["resume"]:
-        raise ConfigError(
-            "config keys 'secagg' = true and 'resume' = true: resuming a run under secure aggregation is not "
-            "supported; start the run afresh (or resume with secagg = false)"
-        )
-    min_clients = int(v["min-clients"])
-    if min_clients < 2:
-        raise ConfigError(
-            f"config key 'min-clients' = {min_clients}: secure aggregation needs at least 2 clients per round "
-            "(one client's 'sum' would be its own upload); set min-clients >= 2"
-        )
-    shares = float(v["secagg-num-shares"])
-    if shares > 1 and (shares != int(shares) or shares < 3):
-        raise ConfigError(
-            f"config key 'secagg-num-shares' = {v['secagg-num-shares']}: a value > 1 is a number of shares and "
-            "must be a whole number >= 3 (a value <= 1 is a share of the round's clients; 1.0 = all of them)"
-        )
-    threshold = float(v["secagg-reconstruction-threshold"])
-    if threshold > 1:
-        if threshold != int(threshold):
-            raise ConfigError(
-                f"config key 'secagg-reconstruction-threshold' = {v['secagg-reconstruction-threshold']}: a value "
-                "> 1 is a number of shares and must be a whole number (a value <= 1 is a fraction of the shares)"
-            )
-        if shares > 1 and threshold >= shares:
-            raise ConfigError(
-                f"config key 'secagg-reconstruction-threshold' = {int(threshold)} must be less than "
-                f"'secagg-num-shares' = {int(shares)}"
-            )
-        if threshold > min_clients:
-            raise ConfigError(
-                f"config key 'secagg-reconstruction-threshold' = {int(threshold)} is more than 'min-clients' = "
-                f"{min_clients}: a round with min-clients participants could never unmask its sum"
-            )
-    levels = int(v["secagg-quantization-range"])
-    clients = int(v["num-partitions"])
-    if levels * clients >= MODULUS_RANGE:
-        raise ConfigError(
-            f"config key 'secagg-quantization-range' = {levels}: times 'num-partitions' = {clients} it reaches "
-            f"the modulus 2**32, so the masked sum could overflow; lower it below {MODULUS_RANGE // clients}"
-        )
-
-
-def secagg_workflow_options(config: RunConfig) -> dict[str, Any]:
-    """The keyword arguments of :class:`SecAggPlusWorkflow` for this run."""
-    timeout = float(config["round-timeout"])
-    return {
-        "num_shares": _count_or_fraction(float(config["secagg-num-shares"])),
-        "reconstruction_threshold": _count_or_fraction(float(config["secagg-reconstruction-threshold"])),
-        "max_weight": float(config["secagg-max-weight"]),
-        "clipping_range": float(config["secagg-clipping-range"]),
-        "quantization_range": int(config["secagg-quantization-range"]),
-        "modulus_range": MODULUS_RANGE,
-        "timeout": timeout if timeout > 0 else None,
-    }
-
-
-def error_bound(
-    num_examples: list[int], max_abs: float, clipping_range: float, quantization_range: int, max_weight: float
-) -> float:
-    """Largest difference, per value, between the SecAgg+ aggregate and the exact
-    example-weighted average of uploads whose values lie within ``max_abs``
-    (<= ``clipping_range``; larger values are clipped before masking).
-
-    Each client quantizes ``w_i * x`` with ``w_i ~ n_i / max_weight`` to
-    ``quantization_range`` levels over ``[-c, c]``: stochastic rounding (plus
-    float32 arithmetic) is off by under 2 levels per client, and the weights by
-    half a level. Dividing by ``W = sum(w_i)`` gives
-    ``n (4c + max_abs) / (quantization_range * W)``, plus float32 rounding.
-    """
-    clients = len(num_examples)
-    levels = float(quantization_range)
-    weight_sum = sum(num_examples) / max_weight - clients / (2 * levels)
-    return clients * (4 * clipping_range + max_abs) / (levels * weight_sum) + 2.0**-23 * max_abs
 
 
 # ----- client side ---------------------------------------------------------------
@@ -225,7 +123,6 @@ class SecAggReplies:
         """``(participants, to_aggregate)``: one update per usable participant
         (no arrays; its count and metrics), and the aggregate as one update
         (empty when it cannot be used, which skips the round)."""
-        from strategies.base import ClientUpdate, reply_order  # noqa: PLC0415 - clients never import the strategies
 
         self.aggregated_rounds.add(server_round)
         expected = strategy.expected_update()
@@ -316,7 +213,6 @@ class FedAppSecAggPlusWorkflow(SecAggPlusWorkflow):
 
 def fedapp_strategy(strategy: Strategy) -> FedAppStrategy:
     """Our strategy, inside any wrappers (Flower's DP wrappers keep it as ``.strategy``)."""
-    from strategies.base import FedAppStrategy  # noqa: PLC0415
 
     inner: Any = strategy
     while not isinstance(inner, FedAppStrategy):

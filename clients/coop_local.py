@@ -1,0 +1,25 @@
+"""CoOp-local client: CoOp on one client, a learned text context over a frozen CLIP, never shared."""
+
+from __future__ import annotations
+
+from clients.text_prompt import PromptClient
+from fedapp.aggregation import Arrays
+from fedapp.models.prompt import PromptContext
+
+
+class CoOpLocalClient(PromptClient):
+    """CoOp on one client: its own context, trained alone and kept in its store."""
+
+    def _own_context(self) -> PromptContext:
+        saved = self.store.load("context")
+        return self.context(None if saved is None else saved["context"], int(self.config["prompt-length"]))
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        context = self._own_context()
+        result = self.train_model(self.classifier(context), int(config["server-round"]), data=self.features("train"))
+        self.store.save("context", {"context": self.context_arrays(context)[0]})
+        return [], result.num_examples, self.fit_metrics(result)
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        context = self._own_context()
+        return self.evaluate_classifier(lambda encoder: self.classifier(context, encoder))

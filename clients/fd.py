@@ -1,0 +1,19 @@
+"""FD client: per-class mean logits, and distillation towards the global ones."""
+
+from __future__ import annotations
+
+from clients.per_class import PerClassClient
+from fedapp.aggregation import Arrays
+from fedapp.methods import fd
+from fedapp.training import LossFn
+
+
+class FDClient(PerClassClient):
+    """FD: CE plus distillation towards the global per-class logits."""
+
+    statistic = staticmethod(fd.logits)
+
+    def loss(self, global_stats: Arrays) -> LossFn:
+        return fd.fd_loss(
+            global_stats[0], global_stats[1], float(self.config["kd-weight"]), float(self.config["kd-temperature"])
+        )

@@ -1,0 +1,14 @@
+"""FedKD client: adaptive mutual distillation with a shared small model."""
+
+from __future__ import annotations
+
+from clients.mutual import MutualClient
+from fedapp.methods.fedkd import fedkd_loss
+from fedapp.training import LossFn
+
+
+class FedKDClient(MutualClient):
+    """Adaptive mutual distillation with hidden-state alignment."""
+
+    def loss(self) -> LossFn:
+        return fedkd_loss(float(self.config["kd-temperature"]))

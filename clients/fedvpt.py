@@ -1,0 +1,19 @@
+"""FedVPT (shallow) and FedVPT-D (deep) client: trains the received visual prompts and head, sends them back."""
+
+from __future__ import annotations
+
+from clients.visual_prompt import VisualPromptClient
+from fedapp.aggregation import Arrays
+from fedapp.params import get_arrays
+
+
+class FedVPTClient(VisualPromptClient):
+    """FedVPT (shallow) and FedVPT-D (deep): trains the received prompts and head, sends them back."""
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        model = self.prompted(self.learner(parameters))
+        metrics = self.train_prompted(model, int(config["server-round"]))
+        return get_arrays(model.prompts), len(self.data.train), metrics
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        return self.evaluate_prompted(self.prompted(self.learner(parameters)))

@@ -1,0 +1,15 @@
+"""FML client: federated mutual learning with a shared small model."""
+
+from __future__ import annotations
+
+from clients.mutual import MutualClient
+from fedapp.methods.fml import fml_loss
+from fedapp.training import LossFn
+
+
+class FMLClient(MutualClient):
+    """Federated mutual learning."""
+
+    def loss(self) -> LossFn:
+        cfg = self.config
+        return fml_loss(float(cfg["fml-alpha"]), float(cfg["fml-beta"]), float(cfg["kd-temperature"]))

@@ -1,0 +1,38 @@
+"""Head-only FedAvg client: a linear head on frozen CLS features of a ViT, averaged."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from clients.visual_prompt import INPUTS, VisualPromptClient
+from fedapp.aggregation import Arrays
+from fedapp.flops import train_step_flops
+from fedapp.params import get_arrays
+from fedapp.training import TensorData
+
+
+class HeadFedAvgClient(VisualPromptClient):
+    """Head-only FedAvg: a linear head on frozen CLS features, averaged."""
+
+    def features(self, split: str) -> TensorData:
+        """The frozen backbone's pooled CLS features of a split, encoded once per process."""
+        data = self.images(split)
+        encoder = self.prompted(self.learner())  # no prompt layers: the bare backbone
+
+        @torch.no_grad()
+        def encode(_raw: np.ndarray) -> torch.Tensor:
+            return torch.cat([encoder.tokens(chunk.to(self.device))[0] for chunk in data.x.split(256)])
+
+        x = INPUTS.get_or_encode((self.config, self.partition_id, split, "features"), self.clip, None, encode=encode)
+        return TensorData(x=x, y=data.y)
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        learner = self.learner(parameters)
+        result = self.train_model(learner.head, int(config["server-round"]), data=self.features("train"))
+        sample_flops = train_step_flops(trained=2 * learner.shape.width * learner.num_classes)
+        return get_arrays(learner), result.num_examples, self.fit_metrics(result, sample_flops)
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        result = self.test_model(self.learner(parameters).head, self.features("test"))
+        return result.loss, result.num_examples, self.eval_metrics(result)

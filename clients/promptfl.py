@@ -1,0 +1,19 @@
+"""PromptFL client: trains the received shared text context and sends it back."""
+
+from __future__ import annotations
+
+from clients.text_prompt import PromptClient
+from fedapp.aggregation import Arrays
+
+
+class PromptFLClient(PromptClient):
+    """PromptFL: trains the received shared context and sends it back."""
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        context = self.context(parameters[0], int(self.config["prompt-length"]))
+        result = self.train_model(self.classifier(context), int(config["server-round"]), data=self.features("train"))
+        return self.context_arrays(context), result.num_examples, self.fit_metrics(result)
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        context = self.context(parameters[0], int(self.config["prompt-length"]))
+        return self.evaluate_classifier(lambda encoder: self.classifier(context, encoder))

@@ -1,0 +1,60 @@
+"""SDFed client: a shared global prompt plus a private local prompt of this client's own length."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clients.text_prompt import PromptClient
+from fedapp.aggregation import Arrays
+from fedapp.methods.sdfed import (
+    SDFedClassifier,
+    SDFedWeights,
+    parse_local_lengths,
+    round_classifier,
+    sdfed_train_loss,
+)
+from fedapp.models.prompt import PromptTextEncoder
+
+
+class SDFedClient(PromptClient):
+    """SDFed: a shared global prompt plus a private local prompt of this client's own length."""
+
+    @property
+    def local_length(self) -> int:
+        lengths = parse_local_lengths(
+            str(self.config["local-prompt-lengths"]), int(self.config["num-partitions"]), int(self.config["seed"])
+        )
+        return lengths[self.partition_id % len(lengths)]
+
+    @property
+    def weights(self) -> SDFedWeights:
+        cfg = self.config
+        return SDFedWeights(
+            alpha=float(cfg["sdfed-alpha"]),
+            beta=float(cfg["sdfed-beta"]),
+            gamma=float(cfg["sdfed-gamma"]),
+            lam=float(cfg["sdfed-lambda"]),
+        )
+
+    def _classifier(self, global_prompt: np.ndarray, encoder: PromptTextEncoder | None = None) -> SDFedClassifier:
+        saved = self.store.load("local_prompt")
+        return round_classifier(
+            self.encoder if encoder is None else encoder,
+            self.context(global_prompt, int(self.config["prompt-length"])),
+            self.context(None if saved is None else saved["context"], self.local_length, salt=1),
+            self.weights,
+            self.clip.model.logit_scale,
+            projector_mode=str(self.config["projector-mode"]),
+        )
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        model = self._classifier(parameters[0])
+        result = self.train_model(
+            model, int(config["server-round"]), sdfed_train_loss(self.weights), data=self.features("train")
+        )
+        self.store.save("local_prompt", {"context": self.context_arrays(model.local_context)[0]})
+        metrics = {**self.fit_metrics(result), "local_prompt_length": self.local_length}
+        return self.context_arrays(model.global_context), result.num_examples, metrics
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        return self.evaluate_classifier(lambda encoder: self._classifier(parameters[0], encoder))

@@ -1,0 +1,86 @@
+"""Text-prompt clients on a frozen open_clip model: CoOp-local, PromptFL and SDFed.
+
+The image encoder never changes, so each worker process encodes a client's
+images once and reuses the features every epoch and round; only the prompt
+contexts train, through the frozen text encoder.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from clients.base import FedAppClient, derived_seed
+from fedapp.aggregation import Arrays
+from fedapp.config import client_clip_model_names
+from fedapp.methods import text_prompts as prompts
+from fedapp.models import LoadedClip, load_open_clip
+from fedapp.models.prompt import ImageFeatureCache, PromptContext, PromptTextEncoder
+from fedapp.training import TensorData
+
+# One per worker process: features of every client this worker has served.
+FEATURES = ImageFeatureCache()
+
+
+@functools.lru_cache(maxsize=8)
+def _encoder(clip: LoadedClip, class_names: tuple[str, ...]) -> PromptTextEncoder:
+    return PromptTextEncoder(clip, class_names)
+
+
+class PromptClient(FedAppClient):
+    """Shared machinery: the backbone, the text encoder and the cached image features."""
+
+    @property
+    def clip_model_name(self) -> str:
+        names = client_clip_model_names(self.config.values)
+        return names[self.partition_id % len(names)]
+
+    @functools.cached_property
+    def clip(self) -> LoadedClip:
+        return load_open_clip(
+            self.clip_model_name,
+            str(self.config["pretrained"]),
+            device=str(self.device),
+            precision=str(self.config["precision"]),
+        )
+
+    @functools.cached_property
+    def encoder(self) -> PromptTextEncoder:
+        """The text encoder over the classes this client trains on (the base ones under base-to-novel)."""
+        return _encoder(self.clip, self.data.class_names)
+
+    def features(self, split: str) -> TensorData:
+        """The split's frozen image features (encoded on first use in this process)."""
+        images = self.data.splits[split]
+        # The run config fixes the data, backbone, weights and precision; the
+        # partition and split pick the images.
+        key = (self.config, self.partition_id, split)
+        feats = FEATURES.get_or_encode(key, self.clip, images.images)
+        return TensorData(x=feats.float(), y=torch.as_tensor(images.labels, dtype=torch.long))
+
+    def context(self, array: np.ndarray | None, length: int, salt: int = 0) -> PromptContext:
+        seed = derived_seed(int(self.config["seed"]), self.partition_id, salt)
+        tensor = None if array is None else torch.as_tensor(array)
+        return prompts.context_from(tensor, length, self.encoder.token_width, seed)
+
+    def classifier(self, context: PromptContext, encoder: PromptTextEncoder | None = None) -> prompts.PromptClassifier:
+        encoder = self.encoder if encoder is None else encoder
+        return prompts.PromptClassifier(encoder, context, self.clip.model.logit_scale)
+
+    def evaluate_classifier(self, build: Callable[[PromptTextEncoder], nn.Module]) -> tuple[float, int, dict]:
+        """Test the classifier ``build`` makes over the client's classes; under base-to-novel
+        also over the novel classes it never trained on (their names are new prompts)."""
+        result = self.test_model(build(self.encoder), self.features("test"))
+        metrics = self.eval_metrics(result)
+        if self.data.novel_class_names:
+            novel_encoder = _encoder(self.clip, self.data.novel_class_names)
+            metrics["novel_accuracy"] = self.test_model(build(novel_encoder), self.features("test_novel")).accuracy
+        return result.loss, result.num_examples, metrics
+
+    @staticmethod
+    def context_arrays(context: PromptContext) -> Arrays:
+        return [context.context.detach().cpu().numpy().copy()]

@@ -1,0 +1,74 @@
+"""Visual-prompt clients on a frozen open_clip ViT: head-only FedAvg, local VPT,
+FedVPT, FedVPT-D and PEP-FedPT.
+
+Images are kept normalised at their native size (the prompted model resizes
+per batch); head-only FedAvg trains on cached frozen features instead, since
+nothing before its head changes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from clients.base import FedAppClient
+from fedapp.aggregation import Arrays
+from fedapp.flops import train_step_flops
+from fedapp.methods.visual_prompts import build_visual_prompts
+from fedapp.models import LoadedClip, load_open_clip
+from fedapp.models.prompt import ImageFeatureCache, clip_image_batch
+from fedapp.models.vpt import ClassMixer, PromptedViT, VisualPrompts, vit_forward_flops
+from fedapp.params import set_arrays
+from fedapp.training import TensorData
+
+# One per worker process, keyed by (run config, partition, split, kind).
+INPUTS = ImageFeatureCache()
+
+
+class VisualPromptClient(FedAppClient):
+    """Shared machinery: the frozen backbone, the client's inputs, one prompted model."""
+
+    @functools.cached_property
+    def clip(self) -> LoadedClip:
+        return load_open_clip(
+            str(self.config["clip-model"]),
+            str(self.config["pretrained"]),
+            device=str(self.device),
+            precision=str(self.config["precision"]),
+        )
+
+    def images(self, split: str) -> TensorData:
+        """The split's images, normalised for the backbone, at native resolution."""
+        images = self.data.splits[split]
+        x = INPUTS.get_or_encode(
+            (self.config, self.partition_id, split, "images"),
+            self.clip,
+            images.images,
+            encode=lambda raw: clip_image_batch(raw, self.clip, resize=False),
+        )
+        return TensorData(x=x, y=torch.as_tensor(images.labels, dtype=torch.long))
+
+    def learner(self, arrays: Arrays | None = None) -> VisualPrompts:
+        """The method's prompts and head: fresh from the seed, or loaded from ``arrays``."""
+        learner = build_visual_prompts(self.config, self.data.num_classes)
+        if arrays is not None:
+            set_arrays(learner, list(arrays))
+        return learner
+
+    def prompted(self, learner: VisualPrompts, mixer: ClassMixer | None = None) -> PromptedViT:
+        return PromptedViT(self.clip, learner, mixer)
+
+    def train_prompted(self, model: PromptedViT, server_round: int) -> dict:
+        """Train the prompts and head (the backbone is frozen); returns fit metrics."""
+        result = self.train_model(model, server_round, params=model.prompts.parameters(), data=self.images("train"))
+        learner = model.prompts
+        forward = vit_forward_flops(learner.shape, learner.prompt_tokens, learner.num_classes)
+        head = 2 * learner.shape.width * learner.num_classes
+        # Prompts enter at layer 1, so gradients cross every frozen block.
+        step = train_step_flops(trained=head, frozen_on_path=forward - head)
+        return self.fit_metrics(result, sample_flops=step)
+
+    def evaluate_prompted(self, model: PromptedViT) -> tuple[float, int, dict]:
+        result = self.test_model(model, self.images("test"))
+        return result.loss, result.num_examples, self.eval_metrics(result)
