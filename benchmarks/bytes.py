@@ -337,7 +337,7 @@ def fit_instruction(overrides: Mapping[str, Any]) -> FitIns:
     """Round 1's fit instruction from the method's strategy, as the ServerApp builds it."""
     config = resolve_run_config(dict(overrides))
     strategy = build_strategy(config, record=False)
-    manager = stand_in_manager(int(config["num-partitions"]))
+    manager = stand_in_manager(config.num_partitions)
     parameters = strategy.initialize_parameters(manager)
     instructions = strategy.configure_fit(1, parameters, manager)
     return instructions[0][1]

@@ -151,8 +151,8 @@ def plain_loop(overrides: Mapping[str, Any], workers: int, threads: int) -> Plai
         config = resolve_run_config(dict(overrides))
         strategy = build_strategy(config, record=False)
         pool.wait_ready()
-        manager = stand_in_manager(int(config["num-partitions"]))
-        round_seconds = drive_rounds(strategy, pool, manager, int(config["num-rounds"]))
+        manager = stand_in_manager(config.num_partitions)
+        round_seconds = drive_rounds(strategy, pool, manager, config.num_rounds)
     finally:
         pool.close()
     return PlainRun(

@@ -33,10 +33,10 @@ HAND_CRAFTED = ("a photo of a {c}.",)
 def client_accuracies(overrides: dict) -> dict[str, list[float]]:
     """Zero-shot accuracy of every client that a run of ``overrides`` would evaluate."""
     config = resolve_run_config(expand_preset(overrides))
-    clients = int(config["num-partitions"])
+    clients = config.num_partitions
     check_data(config, clients)
-    clip = load_open_clip(str(config["clip-model"]), str(config["pretrained"]))
-    held = held_out_partitions(config.as_dict())
+    clip = load_open_clip(config.clip_model, config.pretrained)
+    held = held_out_partitions(config)
     scores: dict[str, list[float]] = {"acc": [], "novel": []}
     for pid in range(clients):
         if pid in held:

@@ -56,12 +56,12 @@ class FedAppClient(NumPyClient):
 
     def round_seed(self, server_round: int) -> int:
         """Seed of this client's data order in ``server_round``."""
-        return derived_seed(int(self.config["seed"]), server_round, self.partition_id)
+        return derived_seed(self.config.seed, server_round, self.partition_id)
 
     @property
     def model_name(self) -> str:
         """This client's architecture: ``client-models`` cycled by partition id, else ``model``."""
-        names = client_model_names(self.config.values)
+        names = client_model_names(self.config)
         return names[self.partition_id % len(names)]
 
     @property
@@ -73,13 +73,13 @@ class FedAppClient(NumPyClient):
         return seeded_model(
             name or self.model_name,
             self.data.num_classes,
-            seed=int(self.config["seed"]),
-            image_size=int(self.config["image-size"]),
+            seed=self.config.seed,
+            image_size=self.config.image_size,
         )
 
     def model_forward_flops(self, name: str | None = None) -> int:
         """FLOPs of one forward pass of a zoo model (this client's by default) on one sample."""
-        return model_forward_flops(name or self.model_name, self.data.num_classes, int(self.config["image-size"]))
+        return model_forward_flops(name or self.model_name, self.data.num_classes, self.config.image_size)
 
     def model_step_flops(self, name: str | None = None) -> int:
         """FLOPs of one plain training step of a zoo model on one sample."""
@@ -87,7 +87,7 @@ class FedAppClient(NumPyClient):
 
     def epoch_samples(self, epochs: int | None = None) -> int:
         """Samples one round of local training visits (for FLOP counts)."""
-        return len(self.data.train) * (int(self.config["local-epochs"]) if epochs is None else epochs)
+        return len(self.data.train) * (self.config.local_epochs if epochs is None else epochs)
 
     def train_model(
         self,
@@ -105,11 +105,11 @@ class FedAppClient(NumPyClient):
         return train(
             model,
             self.data.train if data is None else data,
-            epochs=int(cfg["local-epochs"]) if epochs is None else epochs,
-            batch_size=int(cfg["batch-size"]),
-            lr=float(cfg["lr"]),
-            momentum=float(cfg["momentum"]),
-            weight_decay=float(cfg["weight-decay"]),
+            epochs=cfg.local_epochs if epochs is None else epochs,
+            batch_size=cfg.batch_size,
+            lr=cfg.lr,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
             seed=self.round_seed(server_round),
             loss_fn=loss_fn,
             params=params,

@@ -14,6 +14,4 @@ class FDClient(PerClassClient):
     statistic = staticmethod(fd.logits)
 
     def loss(self, global_stats: Arrays) -> LossFn:
-        return fd.fd_loss(
-            global_stats[0], global_stats[1], float(self.config["kd-weight"]), float(self.config["kd-temperature"])
-        )
+        return fd.fd_loss(global_stats[0], global_stats[1], self.config.kd_weight, self.config.kd_temperature)

@@ -20,15 +20,13 @@ class FedD2PClient(PerClassClient):
     """FedD2P and its baselines B2/B3 (they differ only on the server)."""
 
     def statistic(self, model: nn.Module, x: Tensor) -> Tensor:
-        return soft_labels(model, x, float(self.config["d2p-tau1"]))
+        return soft_labels(model, x, self.config.d2p_tau1)
 
     def loss(self, global_stats: Arrays) -> LossFn:
-        return knowledge_loss(
-            global_stats[0], global_stats[1], float(self.config["kd-weight"]), float(self.config["kd-temperature"])
-        )
+        return knowledge_loss(global_stats[0], global_stats[1], self.config.kd_weight, self.config.kd_temperature)
 
     def round_epochs(self) -> int | None:
-        warmup = int(self.config["warmup-epochs"])
+        warmup = self.config.warmup_epochs
         return warmup if warmup and self.personal_rounds() == 0 else None
 
     def round_loss(self, global_stats: Arrays) -> LossFn:

@@ -14,4 +14,4 @@ class FedProtoClient(PerClassClient):
     statistic = staticmethod(fedproto.representation)
 
     def loss(self, global_stats: Arrays) -> LossFn:
-        return fedproto.prototype_loss(global_stats[0], global_stats[1], float(self.config["proto-weight"]))
+        return fedproto.prototype_loss(global_stats[0], global_stats[1], self.config.proto_weight)

@@ -12,4 +12,4 @@ class FMLClient(MutualClient):
 
     def loss(self) -> LossFn:
         cfg = self.config
-        return fml_loss(float(cfg["fml-alpha"]), float(cfg["fml-beta"]), float(cfg["kd-temperature"]))
+        return fml_loss(cfg.fml_alpha, cfg.fml_beta, cfg.kd_temperature)

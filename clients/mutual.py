@@ -16,7 +16,7 @@ class MutualClient(FedAppClient):
         raise NotImplementedError
 
     def _pair(self, shared_arrays: Arrays) -> mutual.MutualPair:
-        shared = self.new_model(str(self.config["shared-model"]))
+        shared = self.new_model(self.config.shared_model)
         set_arrays(shared, shared_arrays)
         return mutual.MutualPair(self.load_personal_model(), shared)
 
@@ -24,7 +24,7 @@ class MutualClient(FedAppClient):
         pair = self._pair(parameters)
         result = self.train_model(pair, int(config["server-round"]), self.loss())
         self.save_personal_model(pair.local)
-        flops = self.model_step_flops() + self.model_step_flops(str(self.config["shared-model"]))
+        flops = self.model_step_flops() + self.model_step_flops(self.config.shared_model)
         return get_arrays(pair.shared), result.num_examples, self.fit_metrics(result, flops)
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:

@@ -25,7 +25,7 @@ class PEPFedPTClient(VisualPromptClient):
             parameters[-2],
             parameters[-1],
             class_prior(self.data.label_counts()),
-            float(self.config["ccmp-temperature"]),
+            self.config.ccmp_temperature,
             num_layers=len(learner.class_layers),
         )
         return self.prompted(learner, mixer)

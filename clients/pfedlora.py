@@ -16,9 +16,9 @@ class PFedLoRAClient(FedAppClient):
         model = self.load_personal_model()
         adapter = pfedlora.LowRankAdapter(
             model.feature_dim,
-            int(self.config["adapter-hidden"]),
+            self.config.adapter_hidden,
             self.data.num_classes,
-            str(self.config["adapter-kind"]),
+            self.config.adapter_kind,
         )
         set_arrays(adapter, adapter_arrays)
         return pfedlora.ModelWithAdapter(model, adapter)
@@ -28,7 +28,7 @@ class PFedLoRAClient(FedAppClient):
         server_round = int(config["server-round"])
         result = pfedlora.train_round(
             net,
-            float(self.config["mu"]),
+            self.config.mu,
             lambda module, loss_fn, params: self.train_model(module, server_round, loss_fn, params),
         )
         rounds = self.save_personal_model(net.model)

@@ -10,10 +10,10 @@ class PromptFLClient(PromptClient):
     """PromptFL: trains the received shared context and sends it back."""
 
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
-        context = self.context(parameters[0], int(self.config["prompt-length"]))
+        context = self.context(parameters[0], self.config.prompt_length)
         result = self.train_model(self.classifier(context), int(config["server-round"]), data=self.features("train"))
         return self.context_arrays(context), result.num_examples, self.fit_metrics(result)
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        context = self.context(parameters[0], int(self.config["prompt-length"]))
+        context = self.context(parameters[0], self.config.prompt_length)
         return self.evaluate_classifier(lambda encoder: self.classifier(context, encoder))

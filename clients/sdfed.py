@@ -21,30 +21,28 @@ class SDFedClient(PromptClient):
 
     @property
     def local_length(self) -> int:
-        lengths = parse_local_lengths(
-            str(self.config["local-prompt-lengths"]), int(self.config["num-partitions"]), int(self.config["seed"])
-        )
+        lengths = parse_local_lengths(self.config.local_prompt_lengths, self.config.num_partitions, self.config.seed)
         return lengths[self.partition_id % len(lengths)]
 
     @property
     def weights(self) -> SDFedWeights:
         cfg = self.config
         return SDFedWeights(
-            alpha=float(cfg["sdfed-alpha"]),
-            beta=float(cfg["sdfed-beta"]),
-            gamma=float(cfg["sdfed-gamma"]),
-            lam=float(cfg["sdfed-lambda"]),
+            alpha=cfg.sdfed_alpha,
+            beta=cfg.sdfed_beta,
+            gamma=cfg.sdfed_gamma,
+            lam=cfg.sdfed_lambda,
         )
 
     def _classifier(self, global_prompt: np.ndarray, encoder: PromptTextEncoder | None = None) -> SDFedClassifier:
         saved = self.store.load("local_prompt")
         return round_classifier(
             self.encoder if encoder is None else encoder,
-            self.context(global_prompt, int(self.config["prompt-length"])),
+            self.context(global_prompt, self.config.prompt_length),
             self.context(None if saved is None else saved["context"], self.local_length, salt=1),
             self.weights,
             self.clip.model.logit_scale,
-            projector_mode=str(self.config["projector-mode"]),
+            projector_mode=self.config.projector_mode,
         )
 
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:

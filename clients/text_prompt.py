@@ -36,16 +36,16 @@ class PromptClient(FedAppClient):
 
     @property
     def clip_model_name(self) -> str:
-        names = client_clip_model_names(self.config.values)
+        names = client_clip_model_names(self.config)
         return names[self.partition_id % len(names)]
 
     @functools.cached_property
     def clip(self) -> LoadedClip:
         return load_open_clip(
             self.clip_model_name,
-            str(self.config["pretrained"]),
+            self.config.pretrained,
             device=str(self.device),
-            precision=str(self.config["precision"]),
+            precision=self.config.precision,
         )
 
     @functools.cached_property
@@ -63,7 +63,7 @@ class PromptClient(FedAppClient):
         return TensorData(x=feats.float(), y=torch.as_tensor(images.labels, dtype=torch.long))
 
     def context(self, array: np.ndarray | None, length: int, salt: int = 0) -> PromptContext:
-        seed = derived_seed(int(self.config["seed"]), self.partition_id, salt)
+        seed = derived_seed(self.config.seed, self.partition_id, salt)
         tensor = None if array is None else torch.as_tensor(array)
         return prompts.context_from(tensor, length, self.encoder.token_width, seed)
 

@@ -32,10 +32,10 @@ class VisualPromptClient(FedAppClient):
     @functools.cached_property
     def clip(self) -> LoadedClip:
         return load_open_clip(
-            str(self.config["clip-model"]),
-            str(self.config["pretrained"]),
+            self.config.clip_model,
+            self.config.pretrained,
             device=str(self.device),
-            precision=str(self.config["precision"]),
+            precision=self.config.precision,
         )
 
     def images(self, split: str) -> TensorData:

@@ -43,7 +43,7 @@ def node_partition(node_config: Mapping[str, Any], config: RunConfig) -> tuple[i
     """This node's ``(partition-id, num-partitions)``."""
     try:
         partition_id = int(node_config.get("partition-id", 0))
-        num_partitions = int(node_config.get("num-partitions", config["num-partitions"]))
+        num_partitions = int(node_config.get("num-partitions", config.num_partitions))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"node config partition-id/num-partitions must be integers: {err}") from err
     if not 0 <= partition_id < num_partitions:
@@ -78,20 +78,20 @@ def node_view(config: RunConfig, node_config: Mapping[str, Any], supernode: bool
     ``~/.cache/fedapp``), and downloads go to ``<cache-dir>/downloads``. The run name
     is pinned first, so a derived name is the same as the server's.
     """
-    values = {**config.as_dict(), "run-name": config.run_name}
+    values = {**config.as_dict(), "run-name": config.resolved_run_name}
     if not supernode:
         for key in NODE_WRITE_KEYS:
             if key in node_config:
                 values[key] = str(node_config[key])
-        return RunConfig(values)
+        return RunConfig.from_values(values)
     ignored = [key for key in NODE_WRITE_KEYS if config[key] != SCHEMA[key].default and key not in node_config]
     if ignored:
         _warn_once(", ".join(f"{key}={config[key]!r}" for key in ignored))
     values["state-dir"] = str(node_config.get("state-dir", default_state_root()))
     values["cache-dir"] = str(resolve_cache_dir(str(node_config.get("cache-dir", ""))))
-    if config["download"]:
+    if config.download:
         values["data-dir"] = str(Path(values["cache-dir"]) / "downloads")
-    return RunConfig(values)
+    return RunConfig.from_values(values)
 
 
 @functools.cache
@@ -112,8 +112,8 @@ def flower_state_store(state: RecordDict) -> MemoryStateStore:
 def make_store(context: Context, config: RunConfig, partition_id: int) -> StateStore:
     """The client's state store: the node's Context, or files under the state dir
     (``config`` as :func:`node_view` gives it)."""
-    if config["state"] == "disk":
-        return DiskStateStore(str(config["state-dir"]), config.run_name, partition_id)
+    if config.state == "disk":
+        return DiskStateStore(config.state_dir, config.resolved_run_name, partition_id)
     return flower_state_store(context.state)
 
 
@@ -194,7 +194,7 @@ def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown
         local_dir = str(context.node_config.get("data-dir", ""))
         data = load_client_data(config, partition_id, num_partitions, local_dir)
         store = make_store(context, config, partition_id)
-        client = client_class(str(config["method"]))(config, data, store, select_device(str(config["device"])))
+        client = client_class(config.method)(config, data, store, select_device(config.device))
         return AgreementCheckedClient(client, data).to_client()
 
     return client_fn

@@ -143,17 +143,17 @@ def load_dataset(config: RunConfig, split: str = "train", data_dir: str | None =
     dataset, default_dir, hf_name, image_size, download, cache_dir = _source_key(config)
     source_key = (str(dataset), str(data_dir or default_dir), str(hf_name), int(image_size), bool(download))
     if split == "train" and data_dir is None:
-        synthetic = int(config["synthetic-domains"])
+        synthetic = config.synthetic_domains
         if synthetic:
-            return _synthetic_cached(*source_key, str(cache_dir), synthetic, int(config["seed"]))
+            return _synthetic_cached(*source_key, str(cache_dir), synthetic, config.seed)
         if _reserves(config):
             return _reserved_cached(*source_key, str(cache_dir), *_reserves(config), "federated")
     return _load_cached(*source_key, str(cache_dir), split)
 
 
 def _reserves(config: RunConfig) -> tuple[float, float, int] | None:
-    pretrain, test = float(config["reserve-pretrain"]), float(config["reserve-test"])
-    return (pretrain, test, int(config["reserve-seed"])) if pretrain or test else None
+    pretrain, test = config.reserve_pretrain, config.reserve_test
+    return (pretrain, test, config.reserve_seed) if pretrain or test else None
 
 
 @functools.lru_cache(maxsize=2)
@@ -183,7 +183,7 @@ def shared_test_pool(config: RunConfig) -> tuple[ArrayDataset, str] | None:
         dataset, data_dir, hf_name, image_size, download, cache_dir = _source_key(config)
         key = (str(dataset), str(data_dir), str(hf_name), int(image_size), bool(download), str(cache_dir))
         return _reserved_cached(*key, *reserves, "test"), "the reserve-test part of the source"
-    external = str(config["test-data-dir"])
+    external = config.test_data_dir
     if external:
         return load_dataset(config, split="test", data_dir=external), f"test-data-dir {external!r}"
     return None
@@ -204,14 +204,14 @@ def partition(config: RunConfig, source: ArrayDataset, num_partitions: int) -> l
     return partition_indices(
         source.labels,
         num_partitions,
-        str(config["partition"]),
-        alpha=float(config["alpha"]),
-        classes_per_client=int(config["classes-per-client"]),
-        shards_per_client=int(config["shards-per-client"]),
-        seed=int(config["seed"]),
-        cache_dir=resolve_cache_dir(str(config["cache-dir"])),
+        config.partition,
+        alpha=config.alpha,
+        classes_per_client=config.classes_per_client,
+        shards_per_client=config.shards_per_client,
+        seed=config.seed,
+        cache_dir=resolve_cache_dir(config.cache_dir),
         domains=source.domains,
-        clients_per_domain=int(config["clients-per-domain"]),
+        clients_per_domain=config.clients_per_domain,
     )
 
 
@@ -229,7 +229,7 @@ def check_data(config: RunConfig, num_partitions: int) -> ArrayDataset:
             raise DataError(
                 f"partition {pid} of {num_partitions} has no samples; use fewer clients or another partition"
             )
-    if config["base-to-novel"]:
+    if config.base_to_novel:
         if source.num_classes < 2:
             raise DataError(f"base-to-novel needs at least 2 classes, the data has {source.num_classes}")
         base = base_class_count(source.num_classes)
@@ -239,7 +239,7 @@ def check_data(config: RunConfig, num_partitions: int) -> ArrayDataset:
                     f"base-to-novel: partition {pid} holds no sample of the {base} base classes, so it has nothing "
                     "to train on; use a partition that gives every client base classes (iid or dirichlet)"
                 )
-    if config["partition"] == "domain" and int(config["held-out-domain"]) >= source.num_domains:
+    if config.partition == "domain" and config.held_out_domain >= source.num_domains:
         raise DataError(
             f"held-out-domain = {config['held-out-domain']} is not a domain of the data "
             f"(0..{source.num_domains - 1}: {', '.join(source.domain_names)})"
@@ -284,7 +284,7 @@ def load_client_data(config: RunConfig, partition_id: int, num_partitions: int, 
 def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: int, local_data_dir: str) -> ClientData:
     if not 0 <= partition_id < num_partitions:
         raise DataError(f"partition-id {partition_id} is outside 0..{num_partitions - 1}")
-    seed = int(config["seed"]) * 1_000_003 + partition_id
+    seed = config.seed * 1_000_003 + partition_id
     if local_data_dir:
         source = load_dataset(config, data_dir=local_data_dir)
         indices = np.arange(len(source), dtype=np.int64)
@@ -293,7 +293,7 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         indices = partition(config, source, num_partitions)[partition_id]
     if len(indices) == 0:
         raise DataError(f"partition {partition_id} of {num_partitions} has no samples")
-    train_share, val_share, test_share = parse_local_split(str(config["local-split"]))
+    train_share, val_share, test_share = parse_local_split(config.local_split)
     shared_test = shared_test_pool(config)
     if shared_test is not None:
         # With a shared test pool, the client's own data only feeds train and val.
@@ -308,7 +308,7 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         test = _subset(source, split.test)
     class_names, novel_names = source.class_names, ()
     train, val, novel_test = split.train, split.val, None
-    if config["base-to-novel"]:
+    if config.base_to_novel:
         # Training (and validation) sees base classes only; the test split is scored
         # on base and, separately, novel classes.
         base = base_class_count(source.num_classes)
@@ -319,7 +319,7 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         is_base = test.labels < base
         novel_test = LabelledImages(images=test.images[~is_base], labels=test.labels[~is_base] - base)
         test = LabelledImages(images=test.images[is_base], labels=test.labels[is_base])
-    train = few_shot(train, source.labels, int(config["shots-per-class"]), seed)
+    train = few_shot(train, source.labels, config.shots_per_class, seed)
     splits = {"train": _subset(source, train), "val": _subset(source, val), "test": test}
     if novel_test is not None:
         splits["test_novel"] = novel_test

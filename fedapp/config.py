@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -81,178 +81,219 @@ def _coerce(name: str, value: Any, kind: type) -> Scalar:
     raise ConfigError(f"config key '{name}' = {value!r} has type {type(value).__name__}, expected {kind.__name__}")
 
 
-SCHEMA: dict[str, Key] = {
-    "preset": Key(str, "", "YAML file of key: value pairs layered under explicit overrides"),
-    "method": Key(str, "fedavg", "federated method", choices=METHODS),
-    "dataset": Key(str, "digits", "data source", choices=DATASETS),
-    "data-dir": Key(str, "", "folder or .tar.gz (imagefolder) or download root (cifar)"),
-    "test-data-dir": Key(str, "", "external test split; each client draws its test set from it"),
-    "local-split": Key(
-        str, "0.8,0.1,0.1", "each client's train,val,test shares (with a shared test pool its test share trains)"
-    ),
-    "reserve-pretrain": Key(
-        float, 0.0, "share of every class set aside for pretraining a backbone; the run never loads it", low=0.0
-    ),
-    "reserve-test": Key(
-        float, 0.0, "share of every class set aside as the clients' test pool (seen by no training)", low=0.0
-    ),
-    "reserve-seed": Key(int, 0, "seed of the reserve carve (shared by every run and the pretraining)", low=0),
-    "hf-name": Key(str, "", "Hugging Face dataset name when dataset = hf"),
-    "download": Key(bool, False, "allow torchvision to download cifar10/cifar100"),
-    "image-size": Key(int, 32, "side length images are resized to", low=8, high=1024),
-    "cache-dir": Key(str, "", "where decoded image arrays and partitions are cached (default ~/.cache/fedapp)"),
-    "partition": Key(str, "dirichlet", "label partition scheme, or domain (one domain per client)", choices=PARTITIONS),
-    "clients-per-domain": Key(
-        int, 1, "partition = domain: clients per domain, splitting it by Dirichlet with alpha", low=1
-    ),
-    "synthetic-domains": Key(
-        int,
+_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
+
+
+def setting(
+    default: Scalar,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> Any:
+    """One run-config key as a :class:`Settings` field: its default, help and allowed range."""
+    return field(
+        default=default, metadata={"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open}
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every run-config key as a typed attribute: the single source of the schema.
+
+    A key ``num-rounds`` is the attribute ``num_rounds``. :data:`SCHEMA` (validation),
+    the defaults ``pyproject.toml`` declares and the configuration reference in the
+    docs are all derived from these fields (tests keep them in step).
+    """
+
+    preset: str = setting("", "YAML file of key: value pairs layered under explicit overrides")
+    method: str = setting("fedavg", "federated method", choices=METHODS)
+    dataset: str = setting("digits", "data source", choices=DATASETS)
+    data_dir: str = setting("", "folder or .tar.gz (imagefolder) or download root (cifar)")
+    test_data_dir: str = setting("", "external test split; each client draws its test set from it")
+    local_split: str = setting(
+        "0.8,0.1,0.1", "each client's train,val,test shares (with a shared test pool its test share trains)"
+    )
+    reserve_pretrain: float = setting(
+        0.0, "share of every class set aside for pretraining a backbone; the run never loads it", low=0.0
+    )
+    reserve_test: float = setting(
+        0.0, "share of every class set aside as the clients' test pool (seen by no training)", low=0.0
+    )
+    reserve_seed: int = setting(0, "seed of the reserve carve (shared by every run and the pretraining)", low=0)
+    hf_name: str = setting("", "Hugging Face dataset name when dataset = hf")
+    download: bool = setting(False, "allow torchvision to download cifar10/cifar100")
+    image_size: int = setting(32, "side length images are resized to", low=8, high=1024)
+    cache_dir: str = setting("", "where decoded image arrays and partitions are cached (default ~/.cache/fedapp)")
+    partition: str = setting(
+        "dirichlet", "label partition scheme, or domain (one domain per client)", choices=PARTITIONS
+    )
+    clients_per_domain: int = setting(
+        1, "partition = domain: clients per domain, splitting it by Dirichlet with alpha", low=1
+    )
+    synthetic_domains: int = setting(
         0,
         "turn the dataset into k synthetic domains (grayscale, blur, colour-shift, rotation, noise, inverted)",
         low=0,
         high=MAX_SYNTHETIC_DOMAINS,
-    ),
-    "alpha": Key(float, 0.3, "Dirichlet concentration", low=0.0, low_open=True),
-    "classes-per-client": Key(int, 2, "classes per client (pathological)", low=1),
-    "shards-per-client": Key(int, 2, "shards per client (shard)", low=1),
-    "num-partitions": Key(int, 10, "clients when the node config does not say", low=1),
-    "num-rounds": Key(int, 15, "server rounds", low=1),
-    "fraction-fit": Key(float, 1.0, "share of clients trained per round", low=0.0, low_open=True, high=1.0),
-    "fraction-evaluate": Key(float, 1.0, "share of clients evaluated per round", low=0.0, low_open=True, high=1.0),
-    "min-clients": Key(int, 2, "fewest clients a round may run with", low=1),
-    "round-timeout": Key(
-        float, 0.0, "seconds the server waits for each client's reply in a round (0 = no limit)", low=0.0
-    ),
-    "local-epochs": Key(int, 1, "local epochs per round", low=1),
-    "batch-size": Key(int, 32, "local mini-batch size", low=1),
-    "lr": Key(float, 0.05, "SGD learning rate", low=0.0, low_open=True),
-    "momentum": Key(float, 0.9, "SGD momentum", low=0.0, high=1.0),
-    "weight-decay": Key(float, 0.0, "SGD weight decay", low=0.0),
-    "seed": Key(int, 0, "seed of partitioning, sampling, initialisation and data order", low=0),
-    "model": Key(str, "cnn-1", "model name from the zoo"),
-    "client-models": Key(str, "", "comma list of zoo models cycled over clients (client k: entry k mod len)"),
-    "shared-model": Key(str, "cnn-5", "the small shared model of FML and FedKD"),
-    "adapter-kind": Key(
-        str, "matrix", "pFedLoRA adapter: matrix decomposition or direct reduction", choices=ADAPTER_KINDS
-    ),
-    "adapter-hidden": Key(int, 40, "pFedLoRA adapter hidden width", low=1),
-    "mu": Key(float, 0.5, "pFedLoRA weight of the adapter branch in step 1", low=0.0, high=1.0),
-    "proto-weight": Key(float, 1.0, "FedProto weight of the prototype regulariser", low=0.0),
-    "kd-weight": Key(float, 1.0, "FD weight of the distillation term", low=0.0),
-    "kd-temperature": Key(float, 1.0, "softmax temperature of distillation terms", low=0.0, low_open=True),
-    "fml-alpha": Key(float, 0.5, "FML weight of the local model's own CE (1 - alpha on KL)", low=0.0, high=1.0),
-    "fml-beta": Key(float, 0.5, "FML weight of the shared model's own CE (1 - beta on KL)", low=0.0, high=1.0),
-    "pretrained": Key(str, "", "open_clip pretrained tag or local checkpoint path"),
-    "clip-model": Key(str, "fedapp-tiny-clip", "open_clip model of the CLIP methods"),
-    "client-clip-models": Key(str, "", "comma list of open_clip models cycled over clients (model heterogeneity)"),
-    "precision": Key(str, "fp32", "precision of the frozen encoders", choices=("fp32", "fp16", "bf16")),
-    "shots-per-class": Key(int, 0, "training samples per class on each client (0 = all)", low=0),
-    "prompt-length": Key(int, 8, "length of the shared (global) text prompt", low=1),
-    "local-prompt-lengths": Key(str, "random:4-16", "SDFed local prompt lengths: 16, a list 4,8,16, or random:4-64"),
-    "sdfed-lambda": Key(float, 0.6, "SDFed share of the global prompt's directions removed", low=0.0, high=1.0),
-    "sdfed-gamma": Key(float, 0.8, "SDFed divergence margin", low=0.0),
-    "sdfed-alpha": Key(float, 1.0, "SDFed weight of information retention L_str", low=0.0),
-    "sdfed-beta": Key(float, 1.0, "SDFed weight of divergence control L_sep", low=0.0),
-    "projector-mode": Key(
-        str, "rank", "SDFed projector: rank of G_s (ours) or the literal dim", choices=("rank", "dim")
-    ),
-    "class-prompt-layers": Key(str, "5,6,7", "PEP-FedPT layers (from 1) with class-specific prompts, e.g. 5,6,7"),
-    "class-prompt-length": Key(int, 4, "PEP-FedPT tokens per class-specific prompt", low=1),
-    "ccmp-temperature": Key(float, 0.1, "PEP-FedPT temperature tau of the prompt mixing", low=0.0, low_open=True),
-    "prototype-momentum": Key(
-        float, 0.5, "PEP-FedPT momentum beta of the server's class prototypes", low=0.0, high=1.0
-    ),
-    "warmup-epochs": Key(int, 0, "FedD2P S0: CE-only local epochs of a client's first round (0 = local-epochs)", low=0),
-    "d2p-tau1": Key(float, 10.0, "FedD2P temperature of the clients' soft labels", low=0.0, low_open=True),
-    "d2p-tau2": Key(float, 0.1, "FedD2P temperature of the server's class distributions", low=0.0, low_open=True),
-    "d2p-steps": Key(int, 100, "FedD2P generator training steps per round", low=1),
-    "d2p-lr": Key(float, 0.001, "FedD2P generator learning rate (Adam)", low=0.0, low_open=True),
-    "d2p-prompt-tokens": Key(int, 4, "FedD2P visual prompt tokens per class", low=1),
-    "d2p-template": Key(str, "", "FedD2P class description: photo, digit, texture, satellite or text with {c}"),
-    "d2p-generator": Key(str, "attention", "FedD2P prompt generator", choices=("attention", "mlp")),
-    "held-out-fraction": Key(
-        float, 0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
-    ),
-    "held-out-domain": Key(
-        int, -1, "partition = domain: index of the domain whose clients never train (-1 = none)", low=-1
-    ),
-    "base-to-novel": Key(
-        bool, False, "train on the first half of the classes (base), report base, novel and harmonic mean"
-    ),
-    "results-dir": Key(str, "results", "where run folders are written"),
-    "run-name": Key(str, "", "run folder name (default: method-dataset-partition-<settings digest>-s<seed>)"),
-    "resume": Key(bool, False, "continue the run from results-dir/run-name/checkpoint.npz"),
-    "traceback": Key(bool, False, "log ServerApp and client errors with their tracebacks (default: one line each)"),
-    "state": Key(str, "memory", "where personal client state lives", choices=STATE_BACKENDS),
-    "state-dir": Key(str, "state", "root of on-disk client state (state = disk)"),
-    "device": Key(str, "auto", "torch device for local training", choices=DEVICES),
-    "target-accuracy": Key(float, 0.8, "accuracy for the rounds/MB-to-target summary", low=0.0, high=1.0),
-    "dp": Key(
-        str,
+    )
+    alpha: float = setting(0.3, "Dirichlet concentration", low=0.0, low_open=True)
+    classes_per_client: int = setting(2, "classes per client (pathological)", low=1)
+    shards_per_client: int = setting(2, "shards per client (shard)", low=1)
+    num_partitions: int = setting(10, "clients when the node config does not say", low=1)
+    num_rounds: int = setting(15, "server rounds", low=1)
+    fraction_fit: float = setting(1.0, "share of clients trained per round", low=0.0, low_open=True, high=1.0)
+    fraction_evaluate: float = setting(1.0, "share of clients evaluated per round", low=0.0, low_open=True, high=1.0)
+    min_clients: int = setting(2, "fewest clients a round may run with", low=1)
+    round_timeout: float = setting(
+        0.0, "seconds the server waits for each client's reply in a round (0 = no limit)", low=0.0
+    )
+    local_epochs: int = setting(1, "local epochs per round", low=1)
+    batch_size: int = setting(32, "local mini-batch size", low=1)
+    lr: float = setting(0.05, "SGD learning rate", low=0.0, low_open=True)
+    momentum: float = setting(0.9, "SGD momentum", low=0.0, high=1.0)
+    weight_decay: float = setting(0.0, "SGD weight decay", low=0.0)
+    seed: int = setting(0, "seed of partitioning, sampling, initialisation and data order", low=0)
+    model: str = setting("cnn-1", "model name from the zoo")
+    client_models: str = setting("", "comma list of zoo models cycled over clients (client k: entry k mod len)")
+    shared_model: str = setting("cnn-5", "the small shared model of FML and FedKD")
+    adapter_kind: str = setting(
+        "matrix", "pFedLoRA adapter: matrix decomposition or direct reduction", choices=ADAPTER_KINDS
+    )
+    adapter_hidden: int = setting(40, "pFedLoRA adapter hidden width", low=1)
+    mu: float = setting(0.5, "pFedLoRA weight of the adapter branch in step 1", low=0.0, high=1.0)
+    proto_weight: float = setting(1.0, "FedProto weight of the prototype regulariser", low=0.0)
+    kd_weight: float = setting(1.0, "FD weight of the distillation term", low=0.0)
+    kd_temperature: float = setting(1.0, "softmax temperature of distillation terms", low=0.0, low_open=True)
+    fml_alpha: float = setting(0.5, "FML weight of the local model's own CE (1 - alpha on KL)", low=0.0, high=1.0)
+    fml_beta: float = setting(0.5, "FML weight of the shared model's own CE (1 - beta on KL)", low=0.0, high=1.0)
+    pretrained: str = setting("", "open_clip pretrained tag or local checkpoint path")
+    clip_model: str = setting("fedapp-tiny-clip", "open_clip model of the CLIP methods")
+    client_clip_models: str = setting("", "comma list of open_clip models cycled over clients (model heterogeneity)")
+    precision: str = setting("fp32", "precision of the frozen encoders", choices=("fp32", "fp16", "bf16"))
+    shots_per_class: int = setting(0, "training samples per class on each client (0 = all)", low=0)
+    prompt_length: int = setting(8, "length of the shared (global) text prompt", low=1)
+    local_prompt_lengths: str = setting("random:4-16", "SDFed local prompt lengths: 16, a list 4,8,16, or random:4-64")
+    sdfed_lambda: float = setting(0.6, "SDFed share of the global prompt's directions removed", low=0.0, high=1.0)
+    sdfed_gamma: float = setting(0.8, "SDFed divergence margin", low=0.0)
+    sdfed_alpha: float = setting(1.0, "SDFed weight of information retention L_str", low=0.0)
+    sdfed_beta: float = setting(1.0, "SDFed weight of divergence control L_sep", low=0.0)
+    projector_mode: str = setting(
+        "rank", "SDFed projector: rank of G_s (ours) or the literal dim", choices=("rank", "dim")
+    )
+    class_prompt_layers: str = setting("5,6,7", "PEP-FedPT layers (from 1) with class-specific prompts, e.g. 5,6,7")
+    class_prompt_length: int = setting(4, "PEP-FedPT tokens per class-specific prompt", low=1)
+    ccmp_temperature: float = setting(0.1, "PEP-FedPT temperature tau of the prompt mixing", low=0.0, low_open=True)
+    prototype_momentum: float = setting(
+        0.5, "PEP-FedPT momentum beta of the server's class prototypes", low=0.0, high=1.0
+    )
+    warmup_epochs: int = setting(
+        0, "FedD2P S0: CE-only local epochs of a client's first round (0 = local-epochs)", low=0
+    )
+    d2p_tau1: float = setting(10.0, "FedD2P temperature of the clients' soft labels", low=0.0, low_open=True)
+    d2p_tau2: float = setting(0.1, "FedD2P temperature of the server's class distributions", low=0.0, low_open=True)
+    d2p_steps: int = setting(100, "FedD2P generator training steps per round", low=1)
+    d2p_lr: float = setting(0.001, "FedD2P generator learning rate (Adam)", low=0.0, low_open=True)
+    d2p_prompt_tokens: int = setting(4, "FedD2P visual prompt tokens per class", low=1)
+    d2p_template: str = setting("", "FedD2P class description: photo, digit, texture, satellite or text with {c}")
+    d2p_generator: str = setting("attention", "FedD2P prompt generator", choices=("attention", "mlp"))
+    held_out_fraction: float = setting(
+        0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
+    )
+    held_out_domain: int = setting(
+        -1, "partition = domain: index of the domain whose clients never train (-1 = none)", low=-1
+    )
+    base_to_novel: bool = setting(
+        False, "train on the first half of the classes (base), report base, novel and harmonic mean"
+    )
+    results_dir: str = setting("results", "where run folders are written")
+    run_name: str = setting("", "run folder name (default: method-dataset-partition-<settings digest>-s<seed>)")
+    resume: bool = setting(False, "continue the run from results-dir/run-name/checkpoint.npz")
+    traceback: bool = setting(False, "log ServerApp and client errors with their tracebacks (default: one line each)")
+    state: str = setting("memory", "where personal client state lives", choices=STATE_BACKENDS)
+    state_dir: str = setting("state", "root of on-disk client state (state = disk)")
+    device: str = setting("auto", "torch device for local training", choices=DEVICES)
+    target_accuracy: float = setting(0.8, "accuracy for the rounds/MB-to-target summary", low=0.0, high=1.0)
+    dp: str = setting(
         "off",
         "client-level differential privacy: off, server (server clips) or client (clients clip)",
         choices=("off", "server", "client"),
-    ),
-    "dp-noise-multiplier": Key(float, 1.0, "DP Gaussian noise std per unit of clipping norm (sigma)", low=0.0),
-    "dp-clipping-norm": Key(float, 1.0, "DP bound C on the L2 norm of each client's update", low=0.0, low_open=True),
-    "dp-delta": Key(float, 1e-5, "DP delta of the reported epsilon (0 < delta < 1)", low=0.0, low_open=True),
-    "aggregation": Key(
-        str,
+    )
+    dp_noise_multiplier: float = setting(1.0, "DP Gaussian noise std per unit of clipping norm (sigma)", low=0.0)
+    dp_clipping_norm: float = setting(1.0, "DP bound C on the L2 norm of each client's update", low=0.0, low_open=True)
+    dp_delta: float = setting(1e-5, "DP delta of the reported epsilon (0 < delta < 1)", low=0.0, low_open=True)
+    aggregation: str = setting(
         "mean",
         "how shared arrays are combined: mean (FedAvg) or one of Flower's robust rules",
         choices=AGGREGATION_RULES,
-    ),
-    "trim-fraction": Key(float, 0.2, "share cut from each end per coordinate (aggregation = trimmed-mean)", low=0.0),
-    "byzantine-clients": Key(int, 0, "malicious updates a round tolerates (krum, multi-krum, bulyan)", low=0),
-    "update-norm-bound": Key(
-        float, 0.0, "leave out updates whose L2 distance from the global arrays exceeds this (0 = off)", low=0.0
-    ),
-    "secagg": Key(bool, False, "secure aggregation (SecAgg+): the server sees only the average of the uploads"),
-    "secagg-num-shares": Key(
-        float, 1.0, "SecAgg+ shares per secret: <= 1 a share of a round's clients, else a count", low=0.0, low_open=True
-    ),
-    "secagg-reconstruction-threshold": Key(
-        float, 0.67, "SecAgg+ shares that rebuild a secret: <= 1 a share of them, else a count", low=0.0, low_open=True
-    ),
-    "secagg-clipping-range": Key(
-        float, 8.0, "SecAgg+ clips every uploaded value to [-range, range] before quantizing", low=0.0, low_open=True
-    ),
-    "secagg-quantization-range": Key(
-        int, 4194304, "SecAgg+ integer levels over the clipping range (default 2**22)", low=2, high=2**31
-    ),
-    "secagg-max-weight": Key(
-        float, 1000.0, "SecAgg+ largest example count a client is expected to report", low=0.0, low_open=True
-    ),
+    )
+    trim_fraction: float = setting(0.2, "share cut from each end per coordinate (aggregation = trimmed-mean)", low=0.0)
+    byzantine_clients: int = setting(0, "malicious updates a round tolerates (krum, multi-krum, bulyan)", low=0)
+    update_norm_bound: float = setting(
+        0.0, "leave out updates whose L2 distance from the global arrays exceeds this (0 = off)", low=0.0
+    )
+    secagg: bool = setting(False, "secure aggregation (SecAgg+): the server sees only the average of the uploads")
+    secagg_num_shares: float = setting(
+        1.0, "SecAgg+ shares per secret: <= 1 a share of a round's clients, else a count", low=0.0, low_open=True
+    )
+    secagg_reconstruction_threshold: float = setting(
+        0.67, "SecAgg+ shares that rebuild a secret: <= 1 a share of them, else a count", low=0.0, low_open=True
+    )
+    secagg_clipping_range: float = setting(
+        8.0, "SecAgg+ clips every uploaded value to [-range, range] before quantizing", low=0.0, low_open=True
+    )
+    secagg_quantization_range: int = setting(
+        4194304, "SecAgg+ integer levels over the clipping range (default 2**22)", low=2, high=2**31
+    )
+    secagg_max_weight: float = setting(
+        1000.0, "SecAgg+ largest example count a client is expected to report", low=0.0, low_open=True
+    )
+
+
+SCHEMA: dict[str, Key] = {
+    spec.name.replace("_", "-"): Key(_TYPES[str(spec.type)], spec.default, **spec.metadata) for spec in fields(Settings)
 }
+"""Every key a run accepts, by its config name (``num-rounds``), derived from :class:`Settings`."""
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """A validated run configuration; look values up by their config key."""
+class RunConfig(Settings):
+    """A validated run configuration: every key a typed attribute (``config.num_rounds``).
 
-    values: Mapping[str, Scalar]
+    ``config.num_rounds`` still reads a key by its config name, for code that
+    holds key names as data (reports, sweeps, user plug-ins).
+    """
 
-    def __hash__(self) -> int:  # hashable, so per-process caches can key on it
-        return hash(tuple(sorted(self.values.items())))
-
-    def __getitem__(self, key: str) -> Scalar:
-        return self.values[key]
-
-    def get(self, key: str, default: Scalar | None = None) -> Scalar | None:
-        return self.values.get(key, default)
-
-    def as_dict(self) -> dict[str, Scalar]:
-        return dict(self.values)
+    @classmethod
+    def from_values(cls, values: Mapping[str, Scalar]) -> RunConfig:
+        """The configuration of already-checked ``values`` (every schema key, by config name)."""
+        return cls(**{name.replace("-", "_"): value for name, value in values.items()})
 
     @property
-    def run_name(self) -> str:
+    def values(self) -> dict[str, Scalar]:
+        """Every key by its config name (``num-rounds``), in schema order."""
+        return {name: getattr(self, name.replace("-", "_")) for name in SCHEMA}
+
+    def __getitem__(self, key: str) -> Scalar:
+        if key not in SCHEMA:
+            raise KeyError(key)
+        return getattr(self, key.replace("-", "_"))
+
+    def get(self, key: str, default: Scalar | None = None) -> Scalar | None:
+        return self[key] if key in SCHEMA else default
+
+    def as_dict(self) -> dict[str, Scalar]:
+        return self.values
+
+    @property
+    def resolved_run_name(self) -> str:
         """``run-name``, or one derived from the method, data, a digest of every other setting and
         the seed, so that runs with different settings never share a folder."""
-        name = str(self.values["run-name"])
-        if name:
-            return name
-        v = self.values
-        return f"{v['method']}-{v['dataset']}-{v['partition']}-{settings_digest(v)}-s{v['seed']}"
+        if self.run_name:
+            return self.run_name
+        return f"{self.method}-{self.dataset}-{self.partition}-{settings_digest(self.values)}-s{self.seed}"
 
 
 NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir", "traceback"})
@@ -351,92 +392,94 @@ def validate(values: Mapping[str, Any]) -> RunConfig:
     unknown = sorted(set(values) - set(SCHEMA))
     if unknown:
         raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
-    checked = {name: key.check(name, values.get(name, key.default)) for name, key in SCHEMA.items()}
+    config = RunConfig.from_values(
+        {name: key.check(name, values.get(name, key.default)) for name, key in SCHEMA.items()}
+    )
     for rule in _CROSS_RULES:
-        rule(checked)
-    return RunConfig(values=checked)
+        rule(config)
+    return config
 
 
-def _check_classes_per_client(v: dict[str, Scalar]) -> None:
-    total = DATASET_CLASSES.get(str(v["dataset"]))
-    if v["partition"] == "pathological" and total is not None and int(v["classes-per-client"]) > total:
+def _check_classes_per_client(v: RunConfig) -> None:
+    total = DATASET_CLASSES.get(v.dataset)
+    if v.partition == "pathological" and total is not None and v.classes_per_client > total:
         raise ConfigError(
             f"config key 'classes-per-client' = {v['classes-per-client']} is more than the "
             f"{total} classes of dataset '{v['dataset']}'"
         )
 
 
-def client_model_names(v: Mapping[str, Scalar]) -> tuple[str, ...]:
+def client_model_names(v: RunConfig) -> tuple[str, ...]:
     """The models cycled over clients: ``client-models`` if set, else ``(model,)``."""
-    listed = tuple(name.strip() for name in str(v["client-models"]).split(",") if name.strip())
-    return listed or (str(v["model"]),)
+    listed = tuple(name.strip() for name in v.client_models.split(",") if name.strip())
+    return listed or (v.model,)
 
 
-def client_clip_model_names(v: Mapping[str, Scalar]) -> tuple[str, ...]:
+def client_clip_model_names(v: RunConfig) -> tuple[str, ...]:
     """The open_clip backbones cycled over clients: ``client-clip-models`` if set, else ``(clip-model,)``."""
-    listed = tuple(name.strip() for name in str(v["client-clip-models"]).split(",") if name.strip())
-    return listed or (str(v["clip-model"]),)
+    listed = tuple(name.strip() for name in v.client_clip_models.split(",") if name.strip())
+    return listed or (v.clip_model,)
 
 
-def held_out_partitions(v: Mapping[str, Scalar]) -> frozenset[int]:
+def held_out_partitions(v: RunConfig) -> frozenset[int]:
     """Partitions that never train: ``round(held-out-fraction * num-partitions)`` of
     them, drawn from the seed alone so server and clients agree without talking,
     and every client of ``held-out-domain`` (leave-one-domain-out)."""
-    total = int(v["num-partitions"])
+    total = v.num_partitions
     held: set[int] = set()
-    count = round(float(v["held-out-fraction"]) * total)
+    count = round(v.held_out_fraction * total)
     if count:
-        rng = np.random.default_rng([int(v["seed"]), 0x4E1D])
+        rng = np.random.default_rng([v.seed, 0x4E1D])
         held.update(int(i) for i in rng.choice(total, size=count, replace=False))
-    domain = int(v.get("held-out-domain", -1))
+    domain = v.held_out_domain
     if domain >= 0:
         held.update(p for p in range(total) if domain_of_partition(v, p) == domain)
     return frozenset(held)
 
 
-def domain_of_partition(v: Mapping[str, Scalar], partition: int) -> int | None:
+def domain_of_partition(v: RunConfig, partition: int) -> int | None:
     """The domain whose data partition ``partition`` holds (``partition = domain``), else None."""
-    if v["partition"] != "domain":
+    if v.partition != "domain":
         return None
-    return partition // int(v["clients-per-domain"])
+    return partition // v.clients_per_domain
 
 
-def _check_domains(v: dict[str, Scalar]) -> None:
-    synthetic = int(v["synthetic-domains"])
-    per_domain = int(v["clients-per-domain"])
+def _check_domains(v: RunConfig) -> None:
+    synthetic = v.synthetic_domains
+    per_domain = v.clients_per_domain
     if synthetic == 1:
         raise ConfigError("config key 'synthetic-domains' = 1: use 0 (off) or at least 2 domains")
-    if synthetic and v["dataset"] == "domains":
+    if synthetic and v.dataset == "domains":
         raise ConfigError(
             "config key 'synthetic-domains' is set, but dataset 'domains' already has domains (its subfolders)"
         )
-    if v["test-data-dir"] and (synthetic or v["partition"] == "domain"):
+    if v.test_data_dir and (synthetic or v.partition == "domain"):
         raise ConfigError(
             "config key 'test-data-dir' is set, but with domains each client tests on its own domain's data"
         )
-    if v["partition"] != "domain":
+    if v.partition != "domain":
         for key, unset in (("clients-per-domain", 1), ("held-out-domain", -1)):
             if v[key] != unset:
                 raise ConfigError(f"config key '{key}' = {v[key]} applies only to partition = domain")
         return
-    if not synthetic and v["dataset"] != "domains":
+    if not synthetic and v.dataset != "domains":
         raise ConfigError(
             f"config key 'partition' = 'domain' needs domains: dataset 'domains' (a folder per domain) or "
             f"'synthetic-domains' >= 2 on dataset {v['dataset']!r}"
         )
-    if synthetic and int(v["num-partitions"]) != synthetic * per_domain:
+    if synthetic and v.num_partitions != synthetic * per_domain:
         raise ConfigError(
             f"config key 'num-partitions' = {v['num-partitions']}: partition = domain gives each of the "
             f"{synthetic} synthetic domains {per_domain} client(s), so num-partitions must be {synthetic * per_domain}"
         )
-    if synthetic and int(v["held-out-domain"]) >= synthetic:
+    if synthetic and v.held_out_domain >= synthetic:
         raise ConfigError(
             f"config key 'held-out-domain' = {v['held-out-domain']} is not a domain index (0..{synthetic - 1})"
         )
 
 
-def _check_base_to_novel(v: dict[str, Scalar]) -> None:
-    if v["base-to-novel"] and not CATALOG[str(v["method"])].names_unseen_classes:
+def _check_base_to_novel(v: RunConfig) -> None:
+    if v.base_to_novel and not CATALOG[v.method].names_unseen_classes:
         raise ConfigError(
             f"config key 'base-to-novel' = true, but method {v['method']!r} classifies with a head learned over its "
             f"training classes and cannot name classes it never saw; base-to-novel runs "
@@ -444,9 +487,9 @@ def _check_base_to_novel(v: dict[str, Scalar]) -> None:
         )
 
 
-def _check_vision_tower(v: dict[str, Scalar]) -> None:
-    if CATALOG[str(v["method"])].backbone == "cnn+server-clip":
-        template = str(v["d2p-template"])
+def _check_vision_tower(v: RunConfig) -> None:
+    if CATALOG[v.method].backbone == "cnn+server-clip":
+        template = v.d2p_template
         from fedapp.methods.fedd2p import TEMPLATES  # noqa: PLC0415 - torch only when needed
 
         if template and template not in TEMPLATES and "{c}" not in template:
@@ -455,9 +498,9 @@ def _check_vision_tower(v: dict[str, Scalar]) -> None:
                 "nor a template containing {c}"
             )
         return  # its backbone is the server's alone: checked there, so edge clients never import open_clip
-    if CATALOG[str(v["method"])].backbone != "clip-vision":
+    if CATALOG[v.method].backbone != "clip-vision":
         return
-    if str(v["client-clip-models"]).strip():
+    if v.client_clip_models.strip():
         raise ConfigError(
             f"config key 'client-clip-models' = {v['client-clip-models']!r}: method '{v['method']}' averages "
             "runs one backbone; set 'clip-model' only"
@@ -466,13 +509,13 @@ def _check_vision_tower(v: dict[str, Scalar]) -> None:
     from fedapp.models.vpt import vision_tower_shape  # noqa: PLC0415 - open_clip only when needed
 
     try:
-        shape = vision_tower_shape(str(v["clip-model"]))
+        shape = vision_tower_shape(v.clip_model)
     except ModelError as err:
         raise ConfigError(f"config key 'clip-model' = {v['clip-model']!r}: {err}") from err
-    if v["method"] == "pep-fedpt":
+    if v.method == "pep-fedpt":
         from fedapp.methods.visual_prompts import parse_class_layers  # noqa: PLC0415
 
-        layers = parse_class_layers(str(v["class-prompt-layers"]))
+        layers = parse_class_layers(v.class_prompt_layers)
         bad = [layer for layer in layers if not 2 <= layer <= shape.layers]
         if bad:
             raise ConfigError(
@@ -481,17 +524,17 @@ def _check_vision_tower(v: dict[str, Scalar]) -> None:
             )
 
 
-def _check_held_out(v: dict[str, Scalar]) -> None:
+def _check_held_out(v: RunConfig) -> None:
     held = len(held_out_partitions(v))
-    training = int(v["num-partitions"]) - held
-    if held and training < int(v["min-clients"]):
+    training = v.num_partitions - held
+    if held and training < v.min_clients:
         raise ConfigError(
             f"config key 'held-out-fraction' = {v['held-out-fraction']} holds out {held} of "
             f"{v['num-partitions']} clients, leaving {training} to train, fewer than min-clients = {v['min-clients']}"
         )
 
 
-def _check_model(v: dict[str, Scalar]) -> None:
+def _check_model(v: RunConfig) -> None:
     from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps config import light
 
     for key in ("model", "shared-model"):
@@ -504,7 +547,7 @@ def _check_model(v: dict[str, Scalar]) -> None:
                 f"{', '.join(MODEL_NAMES)}"
             )
     mixed = len(set(client_model_names(v))) > 1
-    spec = CATALOG[str(v["method"])]
+    spec = CATALOG[v.method]
     if mixed and not spec.mixed_models and spec.backbone != "clip-text":
         raise ConfigError(
             f"config key 'client-models' = {v['client-models']!r} mixes architectures, but method "
@@ -512,18 +555,18 @@ def _check_model(v: dict[str, Scalar]) -> None:
         )
 
 
-def _check_data_paths(v: dict[str, Scalar]) -> None:
-    dataset = v["dataset"]
-    if dataset == "imagefolder" and not v["data-dir"]:
+def _check_data_paths(v: RunConfig) -> None:
+    dataset = v.dataset
+    if dataset == "imagefolder" and not v.data_dir:
         raise ConfigError("config key 'data-dir' is empty; dataset 'imagefolder' needs a folder or .tar.gz")
-    if dataset == "hf" and not v["hf-name"]:
+    if dataset == "hf" and not v.hf_name:
         raise ConfigError("config key 'hf-name' is empty; dataset 'hf' needs a Hugging Face dataset name")
-    if v["test-data-dir"] and dataset == "digits":
+    if v.test_data_dir and dataset == "digits":
         raise ConfigError("config key 'test-data-dir' is set, but dataset 'digits' has no separate test split")
     for key in ("data-dir", "test-data-dir"):
         path = str(v[key])
         if path and dataset != "hf" and not Path(path).expanduser().exists():
-            if key == "data-dir" and dataset in ("cifar10", "cifar100") and v["download"]:
+            if key == "data-dir" and dataset in ("cifar10", "cifar100") and v.download:
                 continue  # torchvision will create and fill it
             raise ConfigError(f"config key '{key}' = {path!r}: path does not exist")
 
@@ -542,9 +585,9 @@ def parse_local_split(text: str) -> tuple[float, float, float]:
     return shares  # type: ignore[return-value]
 
 
-def _check_reserve(v: dict[str, Scalar]) -> None:
-    parse_local_split(str(v["local-split"]))
-    pretrain, test = float(v["reserve-pretrain"]), float(v["reserve-test"])
+def _check_reserve(v: RunConfig) -> None:
+    parse_local_split(v.local_split)
+    pretrain, test = v.reserve_pretrain, v.reserve_test
     for key, share in (("reserve-pretrain", pretrain), ("reserve-test", test)):
         if share >= 1.0:
             raise ConfigError(f"config key '{key}' = {share!r} must be < 1")
@@ -552,42 +595,42 @@ def _check_reserve(v: dict[str, Scalar]) -> None:
         raise ConfigError(
             f"config keys 'reserve-pretrain' + 'reserve-test' = {pretrain + test:g} leave no data for the clients"
         )
-    if test and v["test-data-dir"]:
+    if test and v.test_data_dir:
         raise ConfigError(
             "config keys 'reserve-test' and 'test-data-dir' both name the clients' test pool; set one of them"
         )
-    if (pretrain or test) and (v["dataset"] == "domains" or int(v["synthetic-domains"])):
+    if (pretrain or test) and (v.dataset == "domains" or v.synthetic_domains):
         raise ConfigError("config keys 'reserve-pretrain'/'reserve-test' apply to single-domain sources only")
 
 
-def _check_clients(v: dict[str, Scalar]) -> None:
-    if int(v["min-clients"]) > int(v["num-partitions"]):
+def _check_clients(v: RunConfig) -> None:
+    if v.min_clients > v.num_partitions:
         raise ConfigError(
             f"config key 'min-clients' = {v['min-clients']} is more than 'num-partitions' = {v['num-partitions']}"
         )
 
 
-def _check_aggregation(v: dict[str, Scalar]) -> None:
-    rule = str(v["aggregation"])
-    if float(v["trim-fraction"]) >= 0.5:
+def _check_aggregation(v: RunConfig) -> None:
+    rule = v.aggregation
+    if v.trim_fraction >= 0.5:
         raise ConfigError(
             f"config key 'trim-fraction' = {v['trim-fraction']!r} must be < 0.5 (it is cut from each end)"
         )
     if rule == "mean":
         return
-    spec = CATALOG[str(v["method"])]
+    spec = CATALOG[v.method]
     if not spec.averages_parameters:
         raise ConfigError(
             f"config key 'aggregation' = {rule!r} applies to methods that average a shared model "
             f"({', '.join(methods_where(averages_parameters=True))}); {v['method']!r} {spec.uploads_note}"
         )
-    if v["secagg"]:
+    if v.secagg:
         raise ConfigError(
             f"config key 'aggregation' = {rule!r} needs each client's update, but secagg = true shows the server "
             "only their sum: use one of them"
         )
-    sampled = max(int(v["min-clients"]), math.floor(float(v["fraction-fit"]) * int(v["num-partitions"])))
-    needed = min_updates(rule, int(v["byzantine-clients"]))
+    sampled = max(v.min_clients, math.floor(v.fraction_fit * v.num_partitions))
+    needed = min_updates(rule, v.byzantine_clients)
     if sampled < needed:
         raise ConfigError(
             f"config key 'aggregation' = {rule!r} with byzantine-clients = {v['byzantine-clients']} needs at least "
@@ -595,38 +638,38 @@ def _check_aggregation(v: dict[str, Scalar]) -> None:
         )
 
 
-def _check_secagg(v: dict[str, Scalar]) -> None:
-    if v["secagg"]:
+def _check_secagg(v: RunConfig) -> None:
+    if v.secagg:
         check_secagg_config(v)
 
 
-def _check_dp(v: dict[str, Scalar]) -> None:
-    if float(v["dp-delta"]) >= 1:
+def _check_dp(v: RunConfig) -> None:
+    if v.dp_delta >= 1:
         raise ConfigError(f"config key 'dp-delta' = {v['dp-delta']!r} must be < 1")
-    if v["dp"] != "off":
+    if v.dp != "off":
         check_dp_config(v)
 
 
-def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
+def _check_local_prompt_lengths(v: RunConfig) -> None:
     """Text prompts must fit the text tower: start token, prompt, at least one
     class-name token and the end token within the model's context length."""
-    if CATALOG[str(v["method"])].backbone != "clip-text":
+    if CATALOG[v.method].backbone != "clip-text":
         return
     from fedapp.errors import ModelError  # noqa: PLC0415
     from fedapp.models.clip import text_context_length  # noqa: PLC0415 - open_clip only for CLIP methods
 
-    lengths = {"prompt-length": [int(v["prompt-length"])]}
-    if v["method"] == "sdfed":
+    lengths = {"prompt-length": [v.prompt_length]}
+    if v.method == "sdfed":
         from fedapp.methods.sdfed import parse_local_lengths  # noqa: PLC0415 - torch only when needed
 
-        drawn = parse_local_lengths(str(v["local-prompt-lengths"]), int(v["num-partitions"]), int(v["seed"]))
+        drawn = parse_local_lengths(v.local_prompt_lengths, v.num_partitions, v.seed)
         lengths["local-prompt-lengths"] = drawn
     models = client_clip_model_names(v)
     try:
         rooms = {model: text_context_length(model) - 3 for model in set(models)}
     except ModelError:
         return  # an unknown model is reported where it is loaded, with its own message
-    for client in range(int(v["num-partitions"])):
+    for client in range(v.num_partitions):
         model = models[client % len(models)]
         room = rooms[model]
         for key, values in lengths.items():
@@ -639,10 +682,10 @@ def _check_local_prompt_lengths(v: dict[str, Scalar]) -> None:
                 )
 
 
-def _check_run_name(v: dict[str, Scalar]) -> None:
+def _check_run_name(v: RunConfig) -> None:
     """A run name is one folder inside ``results-dir`` (and ``state-dir``): no path, so that whoever
     names a run cannot make the server or a node write outside the folders chosen for them."""
-    name = str(v["run-name"])
+    name = v.run_name
     if not name:
         return
     bad = [part for part in ("/", "\\", "\0") if part in name]
@@ -657,16 +700,16 @@ def _check_run_name(v: dict[str, Scalar]) -> None:
 MODULUS_RANGE = 2**32
 
 
-def check_dp_config(v: Mapping[str, Scalar]) -> None:
+def check_dp_config(v: RunConfig) -> None:
     """Refuse DP for a method whose uploads are not parameters the server averages."""
-    method = str(v["method"])
+    method = v.method
     spec = CATALOG[method]
     if not spec.averages_parameters:
         raise ConfigError(
             f"config key 'dp' = {v['dp']!r}: method {method!r} {spec.uploads_note}. Client-level DP here covers the "
             f"methods whose server averages parameters: {', '.join(methods_where(averages_parameters=True))}"
         )
-    if v.get("secagg"):
+    if v.secagg:
         raise ConfigError(
             f"config keys 'dp' = {v['dp']!r} and 'secagg' = true cannot be combined yet: SecAgg+ averages the "
             "uploads weighted by example counts on the clients, while the DP noise is calibrated to a uniform "
@@ -674,33 +717,33 @@ def check_dp_config(v: Mapping[str, Scalar]) -> None:
         )
 
 
-def check_secagg_config(v: Mapping[str, Scalar]) -> None:
+def check_secagg_config(v: RunConfig) -> None:
     """The rules of a run with ``secagg = true`` (a ConfigError names the broken one)."""
-    method = str(v["method"])
+    method = v.method
     spec = CATALOG[method]
     if not spec.averages_parameters:
         raise ConfigError(
             f"config key 'secagg' = true: method '{method}' cannot use secure aggregation, because it "
             f"{spec.uploads_note}; methods that can: {', '.join(methods_where(averages_parameters=True))}"
         )
-    if v["resume"]:
+    if v.resume:
         raise ConfigError(
             "config keys 'secagg' = true and 'resume' = true: resuming a run under secure aggregation is not "
             "supported; start the run afresh (or resume with secagg = false)"
         )
-    min_clients = int(v["min-clients"])
+    min_clients = v.min_clients
     if min_clients < 2:
         raise ConfigError(
             f"config key 'min-clients' = {min_clients}: secure aggregation needs at least 2 clients per round "
             "(one client's 'sum' would be its own upload); set min-clients >= 2"
         )
-    shares = float(v["secagg-num-shares"])
+    shares = v.secagg_num_shares
     if shares > 1 and (shares != int(shares) or shares < 3):
         raise ConfigError(
             f"config key 'secagg-num-shares' = {v['secagg-num-shares']}: a value > 1 is a number of shares and "
             "must be a whole number >= 3 (a value <= 1 is a share of the round's clients; 1.0 = all of them)"
         )
-    threshold = float(v["secagg-reconstruction-threshold"])
+    threshold = v.secagg_reconstruction_threshold
     if threshold > 1:
         if threshold != int(threshold):
             raise ConfigError(
@@ -717,8 +760,8 @@ def check_secagg_config(v: Mapping[str, Scalar]) -> None:
                 f"config key 'secagg-reconstruction-threshold' = {int(threshold)} is more than 'min-clients' = "
                 f"{min_clients}: a round with min-clients participants could never unmask its sum"
             )
-    levels = int(v["secagg-quantization-range"])
-    clients = int(v["num-partitions"])
+    levels = v.secagg_quantization_range
+    clients = v.num_partitions
     if levels * clients >= MODULUS_RANGE:
         raise ConfigError(
             f"config key 'secagg-quantization-range' = {levels}: times 'num-partitions' = {clients} it reaches "
@@ -726,7 +769,7 @@ def check_secagg_config(v: Mapping[str, Scalar]) -> None:
         )
 
 
-_CROSS_RULES: tuple[Callable[[dict[str, Scalar]], None], ...] = (
+_CROSS_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _check_run_name,
     _check_local_prompt_lengths,
     _check_classes_per_client,

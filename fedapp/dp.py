@@ -20,13 +20,13 @@ RDP_ORDERS = (*range(2, 257), 320, 384, 448, 512, 768, 1024)
 
 def training_clients(config: RunConfig) -> int:
     """The clients that may be sampled to train: all partitions but the held-out ones."""
-    return int(config["num-partitions"]) - len(held_out_partitions(config.values))
+    return config.num_partitions - len(held_out_partitions(config))
 
 
 def sampled_per_round(config: RunConfig) -> int:
     """How many clients the strategy samples to train each round (``FedAppStrategy._sample``)."""
     total = training_clients(config)
-    return min(total, max(int(config["min-clients"]), math.ceil(float(config["fraction-fit"]) * total)))
+    return min(total, max(config.min_clients, math.ceil(config.fraction_fit * total)))
 
 
 def sampling_rate(config: RunConfig) -> float:

@@ -26,12 +26,12 @@ from fedapp.training import select_device
 def build_clients(overrides: Mapping[str, Any], partitions: Iterable[int]) -> dict[int, Client]:
     """The clients of ``partitions``, built once, each with its own in-memory state."""
     config = resolve_run_config(dict(overrides))
-    num_clients = int(config["num-partitions"])
-    device = select_device(str(config["device"]))
+    num_clients = config.num_partitions
+    device = select_device(config.device)
     clients = {}
     for partition in partitions:
         data = load_client_data(config, partition, num_clients)
-        client = client_class(str(config["method"]))(config, data, MemoryStateStore({}), device)
+        client = client_class(config.method)(config, data, MemoryStateStore({}), device)
         clients[partition] = client.to_client()
     return clients
 
@@ -52,5 +52,5 @@ def run_in_process(overrides: Mapping[str, Any], *, record: bool = False) -> Fed
     config = resolve_run_config(dict(overrides))
     strategy = build_strategy(config, record=record)
     pool = InProcessClients(overrides)
-    drive_rounds(strategy, pool, stand_in_manager(int(config["num-partitions"])), int(config["num-rounds"]))
+    drive_rounds(strategy, pool, stand_in_manager(config.num_partitions), config.num_rounds)
     return strategy

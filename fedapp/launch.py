@@ -228,7 +228,7 @@ class PreparedRun:
 
     @property
     def num_clients(self) -> int:
-        return int(self.config["num-partitions"])
+        return self.config.num_partitions
 
 
 def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
@@ -240,14 +240,14 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
     """
     overrides = expand_preset(overrides)
     config = resolve_run_config(overrides)
-    if num_clients is not None and num_clients != int(config["num-partitions"]):
+    if num_clients is not None and num_clients != config.num_partitions:
         overrides = {**overrides, "num-partitions": num_clients}
         config = resolve_run_config(overrides)
-    results = Path(str(config["results-dir"])).expanduser()
+    results = Path(config.results_dir).expanduser()
     if not results.is_absolute():
         results = Path.cwd() / results
         overrides = {**overrides, "results-dir": str(results)}
-    return PreparedRun(overrides=overrides, config=config, run_dir=results / config.run_name)
+    return PreparedRun(overrides=overrides, config=config, run_dir=results / config.resolved_run_name)
 
 
 def flower_env(home: Path, **extra: str) -> dict[str, str]:
@@ -337,7 +337,7 @@ def submit(
     if not summary.exists() or summary.stat().st_mtime < started:
         raise FedAppError(f"the run ended without writing {summary}; see the log above")
     rounds = json.loads(summary.read_text()).get("rounds", 0)
-    if rounds < int(prepared.config["num-rounds"]):
+    if rounds < prepared.config.num_rounds:
         raise FedAppError(
             f"the run stopped after {rounds} of {prepared.config['num-rounds']} rounds; see the log above"
         )
@@ -363,7 +363,7 @@ def run(
     check_client_resources(cpus_per_client, gpus_per_client, visible_gpus() if gpus_per_client else None)
     prepared = prepare_run(overrides, num_clients)
     # What the ServerApp would refuse after Flower's start-up, refused here in a second.
-    check_run_folder(prepared.run_dir, resume=bool(prepared.config["resume"]))
+    check_run_folder(prepared.run_dir, resume=prepared.config.resume)
     check_writable_folders(prepared.config.values)
     with local_federation(flwr_home) as env:
         return submit(

@@ -14,13 +14,13 @@ from fedapp.config import MODULUS_RANGE, RunConfig
 
 def secagg_workflow_options(config: RunConfig) -> dict[str, Any]:
     """The keyword arguments of :class:`SecAggPlusWorkflow` for this run."""
-    timeout = float(config["round-timeout"])
+    timeout = config.round_timeout
     return {
-        "num_shares": _count_or_fraction(float(config["secagg-num-shares"])),
-        "reconstruction_threshold": _count_or_fraction(float(config["secagg-reconstruction-threshold"])),
-        "max_weight": float(config["secagg-max-weight"]),
-        "clipping_range": float(config["secagg-clipping-range"]),
-        "quantization_range": int(config["secagg-quantization-range"]),
+        "num_shares": _count_or_fraction(config.secagg_num_shares),
+        "reconstruction_threshold": _count_or_fraction(config.secagg_reconstruction_threshold),
+        "max_weight": config.secagg_max_weight,
+        "clipping_range": config.secagg_clipping_range,
+        "quantization_range": config.secagg_quantization_range,
         "modulus_range": MODULUS_RANGE,
         "timeout": timeout if timeout > 0 else None,
     }

@@ -28,15 +28,15 @@ def build_strategy(config: RunConfig, *, record: bool = True):
     Loading and partitioning the source here means a missing folder, a corrupt
     image or an empty client stops the run before any client trains.
     """
-    return strategy_class(str(config["method"])).from_config(config, record=record)
+    return strategy_class(config.method).from_config(config, record=record)
 
 
 def server_config(config: RunConfig, num_rounds: int | None = None) -> ServerConfig:
     """Flower's round schedule: ``num_rounds`` rounds (default ``num-rounds``); with
     ``round-timeout`` > 0, a client that has not replied within that many seconds
     counts as failed in that round."""
-    timeout = float(config["round-timeout"])
-    rounds = int(config["num-rounds"]) if num_rounds is None else num_rounds
+    timeout = config.round_timeout
+    rounds = config.num_rounds if num_rounds is None else num_rounds
     return ServerConfig(num_rounds=rounds, round_timeout=timeout if timeout > 0 else None)
 
 
@@ -68,15 +68,15 @@ MAX_IN_FLIGHT = 256
 
 def in_flight_messages(config: RunConfig) -> int:
     """Threads the server sends a round's messages from: one per client, at most ``MAX_IN_FLIGHT``."""
-    return max(1, min(int(config["num-partitions"]), MAX_IN_FLIGHT))
+    return max(1, min(config.num_partitions, MAX_IN_FLIGHT))
 
 
 def server_components(config: RunConfig) -> ServerAppComponents:
     """The strategy (resumed from its checkpoint when ``resume``) and a server for the remaining rounds."""
     strategy = build_strategy(config)
-    completed = strategy.resume() if config["resume"] else 0
+    completed = strategy.resume() if config.resume else 0
     strategy = wrap_for_privacy(strategy, config)  # itself unless dp is on
-    remaining = max(int(config["num-rounds"]) - completed, 0)
+    remaining = max(config.num_rounds - completed, 0)
     if remaining == 0:
         log.info("the checkpoint has all %d rounds already; nothing left to run", completed)
     server = ResumingServer(client_manager=SimpleClientManager(), strategy=strategy, completed_rounds=completed)
@@ -153,9 +153,9 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
         show_errors_as_one_line({**context.run_config, **(overrides or {})})
         config = resolve_run_config({**context.run_config, **(overrides or {})})
         components = server_components(config)
-        run_dir = Path(str(config["results-dir"])).expanduser() / config.run_name
+        run_dir = Path(config.results_dir).expanduser() / config.resolved_run_name
         try:
-            if config["secagg"]:
+            if config.secagg:
                 run_secagg(grid, context, components.server.strategy, config, components.config)
             else:  # what Flower's compatibility mode does with a server_fn's components
                 start_grid(grid=grid, server=components.server, config=components.config)

@@ -176,7 +176,7 @@ def _finished(run: SweepRun) -> bool:
         rounds = int(json.loads(summary.read_text()).get("rounds", 0))
     except (OSError, ValueError):
         return False
-    return rounds >= int(run.prepared.config["num-rounds"])
+    return rounds >= run.prepared.config.num_rounds
 
 
 def _set_aside(run_dir: Path) -> Path:

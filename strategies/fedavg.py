@@ -13,4 +13,4 @@ class FedAvgStrategy(SharedModuleStrategy):
     has_global_model = True
 
     def build_shared_module(self) -> nn.Module:
-        return self.zoo_model(str(self.config["model"]))
+        return self.zoo_model(self.config.model)

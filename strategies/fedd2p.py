@@ -34,10 +34,10 @@ class FedD2PStrategy(PerClassStrategy):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if self.config["method"] != "fedd2p-agg":
+        if self.config.method != "fedd2p-agg":
             # Fail before round 1 on a backbone the generator cannot prompt.
             try:
-                vision_tower_shape(str(self.config["clip-model"]))
+                vision_tower_shape(self.config.clip_model)
             except ModelError as err:
                 raise ConfigError(f"config key 'clip-model' = {self.config['clip-model']!r}: {err}") from err
 
@@ -48,18 +48,18 @@ class FedD2PStrategy(PerClassStrategy):
     def knowledge_model(self) -> ServerKnowledgeModel:
         """The frozen CLIP with the generator (built on first use; FedD2P-agg never builds it)."""
         cfg = self.config
-        device = select_device(str(cfg["device"]))
-        clip = load_open_clip(str(cfg["clip-model"]), str(cfg["pretrained"]), device=str(device))
-        descriptions = class_descriptions(self.class_names, str(cfg["d2p-template"]), str(cfg["dataset"]))
+        device = select_device(cfg.device)
+        clip = load_open_clip(cfg.clip_model, cfg.pretrained, device=str(device))
+        descriptions = class_descriptions(self.class_names, cfg.d2p_template, cfg.dataset)
         log.info(
             "FedD2P class descriptions: %s", "; ".join(descriptions[:3]) + ("; ..." if len(descriptions) > 3 else "")
         )
         model = ServerKnowledgeModel(
             clip,
             descriptions,
-            prompt_tokens=int(cfg["d2p-prompt-tokens"]),
-            kind=str(cfg["d2p-generator"]),
-            seed=int(cfg["seed"]),
+            prompt_tokens=cfg.d2p_prompt_tokens,
+            kind=cfg.d2p_generator,
+            seed=cfg.seed,
         )
         return model.to(device)
 
@@ -81,7 +81,7 @@ class FedD2PStrategy(PerClassStrategy):
 
     def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
         pooled, present = super().aggregate_updates(server_round, updates)
-        method = str(self.config["method"])
+        method = self.config.method
         if method == "fedd2p-agg":
             return [pooled, present]
         cfg = self.config
@@ -89,11 +89,11 @@ class FedD2PStrategy(PerClassStrategy):
             self.knowledge_model,
             pooled,
             present,
-            steps=int(cfg["d2p-steps"]),
-            lr=float(cfg["d2p-lr"]),
-            temperature=float(cfg["d2p-tau2"]),
+            steps=cfg.d2p_steps,
+            lr=cfg.d2p_lr,
+            temperature=cfg.d2p_tau2,
             distil=method == "fedd2p",
         )
         self.add_round_metric(server_round, "generator_loss", loss)
-        knowledge = global_knowledge(self.knowledge_model, float(cfg["d2p-tau2"]))
+        knowledge = global_knowledge(self.knowledge_model, cfg.d2p_tau2)
         return [knowledge, present]

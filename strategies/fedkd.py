@@ -15,6 +15,6 @@ class FedKDStrategy(SharedModuleStrategy):
     has_global_model = False
 
     def build_shared_module(self) -> nn.Module:
-        names = (*client_model_names(self.config.values), str(self.config["shared-model"]))
+        names = (*client_model_names(self.config), self.config.shared_model)
         require_same_feature_dim(names, self.num_classes, "fedkd")
-        return self.zoo_model(str(self.config["shared-model"]))
+        return self.zoo_model(self.config.shared_model)

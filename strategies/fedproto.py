@@ -11,4 +11,4 @@ class FedProtoStrategy(PerClassStrategy):
     """Prototype aggregation (Tan et al., 2022)."""
 
     def statistic_dim(self) -> int:
-        return require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "fedproto")
+        return require_same_feature_dim(client_model_names(self.config), self.num_classes, "fedproto")

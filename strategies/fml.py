@@ -13,4 +13,4 @@ class FMLStrategy(SharedModuleStrategy):
     has_global_model = False
 
     def build_shared_module(self) -> nn.Module:
-        return self.zoo_model(str(self.config["shared-model"]))
+        return self.zoo_model(self.config.shared_model)

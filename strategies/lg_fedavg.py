@@ -15,5 +15,5 @@ class LGFedAvgStrategy(SharedModuleStrategy):
     has_global_model = False
 
     def build_shared_module(self) -> nn.Module:
-        dim = require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "lg-fedavg")
+        dim = require_same_feature_dim(client_model_names(self.config), self.num_classes, "lg-fedavg")
         return nn.Linear(dim, self.num_classes)

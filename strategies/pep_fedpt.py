@@ -41,7 +41,7 @@ class PEPFedPTStrategy(FedAppStrategy):
         prototypes, present = merge_per_class(
             [(u.arrays[k], u.arrays[k + 1]) for u in updates],
             self._global[k],
-            momentum=float(self.config["prototype-momentum"]),
+            momentum=self.config.prototype_momentum,
             previous_present=self._global[k + 1],
         )
         return [*learner, prototypes, present]

@@ -16,7 +16,5 @@ class PFedLoRAStrategy(SharedModuleStrategy):
     has_global_model = False
 
     def build_shared_module(self) -> nn.Module:
-        dim = require_same_feature_dim(client_model_names(self.config.values), self.num_classes, "pfedlora")
-        return LowRankAdapter(
-            dim, int(self.config["adapter-hidden"]), self.num_classes, str(self.config["adapter-kind"])
-        )
+        dim = require_same_feature_dim(client_model_names(self.config), self.num_classes, "pfedlora")
+        return LowRankAdapter(dim, self.config.adapter_hidden, self.num_classes, self.config.adapter_kind)

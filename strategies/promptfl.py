@@ -18,6 +18,6 @@ class PromptFLStrategy(SharedModuleStrategy):
     has_global_model = True
 
     def build_shared_module(self) -> nn.Module:
-        names = client_clip_model_names(self.config.values)
+        names = client_clip_model_names(self.config)
         width = require_same_token_width(names, [text_token_width(name) for name in names])
-        return PromptContext(int(self.config["prompt-length"]), width, generator=int(self.config["seed"]))
+        return PromptContext(self.config.prompt_length, width, generator=self.config.seed)

@@ -29,13 +29,13 @@ class SharedModuleStrategy(FedAppStrategy):
         raise NotImplementedError
 
     def initial_arrays(self) -> Arrays:
-        torch.manual_seed(int(self.config["seed"]))
+        torch.manual_seed(self.config.seed)
         return get_arrays(self.build_shared_module())
 
     def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
         """The example-weighted mean, or the robust rule named by ``aggregation``."""
-        rule = str(self.config["aggregation"])
-        byzantine = int(self.config["byzantine-clients"])
+        rule = self.config.aggregation
+        byzantine = self.config.byzantine_clients
         if len(updates) < min_updates(rule, byzantine):
             # Failures left fewer updates than the rule is sound for: keep the global state.
             log.warning(
@@ -51,6 +51,6 @@ class SharedModuleStrategy(FedAppStrategy):
         return robust_aggregate(
             [(u.arrays, u.num_examples) for u in updates],
             rule,
-            trim_fraction=float(self.config["trim-fraction"]),
+            trim_fraction=self.config.trim_fraction,
             byzantine=byzantine,
         )

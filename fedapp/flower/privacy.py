@@ -81,11 +81,11 @@ class _FixedClippingMixin:
     def __init__(self, strategy, config: RunConfig) -> None:
         super().__init__(  # type: ignore[call-arg]
             strategy,
-            float(config["dp-noise-multiplier"]),
-            float(config["dp-clipping-norm"]),
+            config.dp_noise_multiplier,
+            config.dp_clipping_norm,
             sampled_per_round(config),
         )
-        self.delta = float(config["dp-delta"])
+        self.delta = config.dp_delta
         self.q = sampling_rate(config)
         self.current_round_params = []
         recorder = strategy.recorder
@@ -245,10 +245,10 @@ def wrap_for_privacy(strategy, config: RunConfig):
     are data statistics rather than parameters) can be neither clipped in place
     nor meaningfully noised, and noise could turn running variances negative.
     """
-    mode = str(config["dp"])
+    mode = config.dp
     if mode == "off":
         return strategy
-    check_dp_config(config.values)
+    check_dp_config(config)
     arrays = strategy.global_arrays or strategy.initial_arrays()
     if not arrays or not all(np.issubdtype(a.dtype, np.floating) for a in arrays):
         kinds = sorted({str(a.dtype) for a in arrays if not np.issubdtype(a.dtype, np.floating)})

@@ -169,7 +169,7 @@ class FedAppStrategy(Strategy):
         self._params_cumulative = 0
         self._flops_cumulative = 0
         self._global: Arrays = []
-        self._held_out = held_out_partitions(config.values)
+        self._held_out = held_out_partitions(config)
         self._partition_of: dict[str, int] = {}
         self.completed_rounds = 0  # rounds a resumed run had finished before this process
         self.domain_names = tuple(domain_names or ())
@@ -182,7 +182,7 @@ class FedAppStrategy(Strategy):
         """Why a client that never trained cannot be served (held-out clients are then not
         evaluated and the summary says so); empty when the global state alone serves it.
         The method's catalog entry says it (:class:`fedapp.catalog.MethodSpec`)."""
-        return CATALOG[str(self.config["method"])].new_client_note
+        return CATALOG[self.config.method].new_client_note
 
     @property
     def held_out_note(self) -> str:
@@ -223,7 +223,7 @@ class FedAppStrategy(Strategy):
         ------
         fedapp.errors.ConfigError
             If ``cls`` is not (a subclass of) the strategy that the registry
-            names for ``config["method"]``.
+            names for ``config.method``.
         fedapp.errors.DataError
             If the configured data is missing, unreadable or cannot be split
             into ``num-partitions`` non-empty partitions.
@@ -236,7 +236,7 @@ class FedAppStrategy(Strategy):
         >>> PFedLoRAStrategy.from_config(config)
         PFedLoRAStrategy(method='pfedlora')
         """
-        method = str(config["method"])
+        method = config.method
         expected = strategy_class(method)
         if not issubclass(cls, expected):
             raise ConfigError(
@@ -244,16 +244,16 @@ class FedAppStrategy(Strategy):
                 f"the ClientApp runs the clients of {method!r}"
             )
         check_writable_folders(config.values, results=record)
-        source = check_data(config, int(config["num-partitions"]))
+        source = check_data(config, config.num_partitions)
         recorder = None
         if record:
             recorder = RunRecorder(
-                config["results-dir"],
-                config.run_name,
+                config.results_dir,
+                config.resolved_run_name,
                 config.as_dict(),
-                float(config["target-accuracy"]),
+                config.target_accuracy,
                 # A resumed run keeps its metrics until the checkpoint says which rounds count.
-                fresh=not config["resume"],
+                fresh=not config.resume,
             )
             log.info("results go to %s", recorder.directory)
         if recorder is not None and source.domain_names:
@@ -334,12 +334,12 @@ class FedAppStrategy(Strategy):
             self.recorder.restore(self.history)
         restore_rng_state(checkpoint.rng)
         self.completed_rounds = checkpoint.round
-        log.info("resuming %s after round %d from %s", self.config.run_name, checkpoint.round, path)
+        log.info("resuming %s after round %d from %s", self.config.resolved_run_name, checkpoint.round, path)
         return checkpoint.round
 
     def zoo_model(self, name: str) -> nn.Module:
         """A zoo model for this task (same shapes as the clients build)."""
-        return build_model(name, self.num_classes, image_size=int(self.config["image-size"]))
+        return build_model(name, self.num_classes, image_size=self.config.image_size)
 
     # ----- hooks for methods -------------------------------------------------
 
@@ -390,7 +390,7 @@ class FedAppStrategy(Strategy):
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
         self._round_log[server_round] = _RoundLog()
-        clients = self._sample(server_round, client_manager, float(self.config["fraction-fit"]), salt=0, training=True)
+        clients = self._sample(server_round, client_manager, self.config.fraction_fit, salt=0, training=True)
         fit_ins = FitIns(parameters, {**self.fit_config(server_round), **self.agreement_config()})
         round_log = self._round_log[server_round]
         round_log.bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
@@ -416,14 +416,14 @@ class FedAppStrategy(Strategy):
             round_log.left_out.append(reason)
         round_log.clients_failed += len(failures)
         round_log.clients_fit = len(updates)
-        if len(updates) < int(self.config["min-clients"]) or not to_aggregate:
+        if len(updates) < self.config.min_clients or not to_aggregate:
             round_log.skipped = True
-            if len(updates) < int(self.config["min-clients"]):  # else the secure aggregate was unusable (logged)
+            if len(updates) < self.config.min_clients:  # else the secure aggregate was unusable (logged)
                 log.warning(
                     "round %d: %d usable updates, fewer than min-clients = %d; keeping the previous global state",
                     server_round,
                     len(updates),
-                    self.config["min-clients"],
+                    self.config.min_clients,
                 )
             return None, {}
         losses = [(float(u.metrics["train_loss"]), u.num_examples) for u in updates if "train_loss" in u.metrics]
@@ -437,9 +437,7 @@ class FedAppStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, EvaluateIns]]:
-        clients = self._sample(
-            server_round, client_manager, float(self.config["fraction-evaluate"]), salt=1, training=False
-        )
+        clients = self._sample(server_round, client_manager, self.config.fraction_evaluate, salt=1, training=False)
         ins = EvaluateIns(parameters, {"server-round": server_round, **self.agreement_config()})
         round_log = self._round_log.setdefault(server_round, _RoundLog())
         round_log.bytes_eval_down = payload_bytes(parameters.tensors) * len(clients)
@@ -497,7 +495,7 @@ class FedAppStrategy(Strategy):
         by_domain: dict[int, list[tuple[ClientProxy, EvaluateRes]]] = {}
         for proxy, res in results:
             partition = self._partition_of.get(proxy.cid)
-            domain = None if partition is None else domain_of_partition(self.config.values, partition)
+            domain = None if partition is None else domain_of_partition(self.config, partition)
             if domain is not None:
                 by_domain.setdefault(domain, []).append((proxy, res))
         return {self._domain_name(d): _accuracy_stats(replies).mean for d, replies in sorted(by_domain.items())}
@@ -518,14 +516,14 @@ class FedAppStrategy(Strategy):
         never picked to train; they are evaluated only when the method's global
         state alone can serve them (:attr:`new_client_note` is empty).
         """
-        min_clients = int(self.config["min-clients"])
+        min_clients = self.config.min_clients
         # Flower's grid-backed client manager refreshes its node list when asked how many
         # nodes it has (and otherwise every 5 s); asking first keeps a first round whose
         # nodes are already connected from waiting for the next refresh.
         if client_manager.num_available() < min_clients:
             client_manager.wait_for(min_clients)
         pool = client_manager.all()
-        if self._held_out or fraction < 1.0 or self.config["partition"] == "domain":
+        if self._held_out or fraction < 1.0 or self.config.partition == "domain":
             self._ask_partitions(list(pool.values()), server_round)
             keep_held_out = not training and not self.new_client_note
             pool = {
@@ -536,7 +534,7 @@ class FedAppStrategy(Strategy):
             }
         ids = sorted(pool, key=lambda cid: (self._partition_of.get(cid, -1), cid))
         count = min(len(ids), max(min_clients, math.ceil(fraction * len(ids))))
-        rng = np.random.default_rng([int(self.config["seed"]), server_round, salt])
+        rng = np.random.default_rng([self.config.seed, server_round, salt])
         chosen = sorted(rng.choice(len(ids), size=count, replace=False)) if count < len(ids) else range(len(ids))
         return [pool[ids[i]] for i in chosen]
 
@@ -587,7 +585,7 @@ class FedAppStrategy(Strategy):
 
     def _norm_problem(self, arrays: Arrays, expected: Arrays | None) -> str | None:
         """An update farther than ``update-norm-bound`` from the global arrays (a scaled or poisoned one)."""
-        bound = float(self.config["update-norm-bound"])
+        bound = self.config.update_norm_bound
         if bound <= 0 or expected is None:
             return None
         norm = update_norm(arrays, expected)
@@ -620,7 +618,7 @@ class FedAppStrategy(Strategy):
         if isinstance(failure, BaseException):
             # Flower's legacy server hands over the bare exception, without the client's proxy.
             text = client_error_message(f"{type(failure).__name__}: {failure}")
-            timeout = float(self.config["round-timeout"])
+            timeout = self.config.round_timeout
             if timeout > 0 and _TIMEOUT_HINT in text:
                 text = f"timed out (no reply within round-timeout = {timeout:g}s): {text}"
             return "a client that failed: " + _shortened(text)
@@ -674,7 +672,7 @@ class FedAppStrategy(Strategy):
             },
         )
         self.history.append(record)
-        num_rounds = int(self.config["num-rounds"])
+        num_rounds = self.config.num_rounds
         log.info(progress_line(record, num_rounds))
         if self.recorder is not None:
             self.recorder.add(record)

@@ -34,17 +34,17 @@ def prompt_layers(method: str, shape: VisionTowerShape) -> tuple[int, ...]:
 def build_visual_prompts(config: RunConfig, num_classes: int) -> VisualPrompts:
     """The trainable prompts and head of ``config``'s method, initialised from its seed
     (server and clients build identical ones without loading the backbone)."""
-    method = str(config["method"])
-    shape = vision_tower_shape(str(config["clip-model"]))
-    class_layers = parse_class_layers(str(config["class-prompt-layers"])) if method == "pep-fedpt" else ()
+    method = config.method
+    shape = vision_tower_shape(config.clip_model)
+    class_layers = parse_class_layers(config.class_prompt_layers) if method == "pep-fedpt" else ()
     return VisualPrompts(
         shape,
         num_classes,
         prompt_layers=prompt_layers(method, shape),
-        prompt_length=int(config["prompt-length"]),
+        prompt_length=config.prompt_length,
         class_layers=class_layers,
-        class_length=int(config["class-prompt-length"]) if class_layers else 0,
-        seed=int(config["seed"]),
+        class_length=config.class_prompt_length if class_layers else 0,
+        seed=config.seed,
     )
 
 

@@ -48,7 +48,7 @@ def run_protocol(overrides, tmp_path):
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_runs_the_domain_and_held_out_protocols(tmp_path, method):
     config, strategy, pool = run_protocol({"method": method, **DOMAIN_PROTOCOL, **METHOD_SETTINGS[method]}, tmp_path)
-    held = held_out_partitions(config.values)
+    held = held_out_partitions(config)
     training = set(range(6)) - held
     assert len(pool.trained) == 2
     for trained, record in zip(pool.trained, strategy.history, strict=True):

@@ -42,12 +42,12 @@ def test_the_catalog_names_every_method_and_each_lives_under_its_own_name():
 def test_defaults_validate_and_name_the_run():
     config = resolve_run_config(defaults())
     assert config["method"] == "fedavg"
-    assert re.fullmatch(r"fedavg-digits-dirichlet-[0-9a-f]{6}-s0", config.run_name)
+    assert re.fullmatch(r"fedavg-digits-dirichlet-[0-9a-f]{6}-s0", config.resolved_run_name)
 
 
 def test_derived_run_names_differ_with_any_setting_but_resume_keeps_the_name():
     def name(**values):
-        return resolve_run_config(values).run_name
+        return resolve_run_config(values).resolved_run_name
 
     base = name()
     assert name(lr=0.02) != base and name(**{"num-rounds": 3}) != base
@@ -171,3 +171,14 @@ def test_prompt_length_rule_reads_each_models_context_once(monkeypatch):
     monkeypatch.setattr(clip_module, "text_context_length", lambda model: asked.append(model) or real(model))
     resolve_run_config({"method": "sdfed", "num-partitions": 1000, "local-prompt-lengths": "random:4-16"})
     assert asked == ["fedapp-tiny-clip"]  # not once per client
+
+
+def test_every_key_is_a_typed_attribute_of_the_run_config():
+    config = resolve_run_config({"num-rounds": 4, "lr": 1, "model": "cnn-2"})
+    for key, spec in SCHEMA.items():
+        value = getattr(config, key.replace("-", "_"))
+        assert type(value) is spec.type, key
+        assert config[key] == value
+    assert (config.num_rounds, config.lr, config.model) == (4, 1.0, "cnn-2")
+    with pytest.raises(KeyError):
+        config["num_rounds"]  # config names are hyphenated; attributes underscored

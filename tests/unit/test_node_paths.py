@@ -17,7 +17,7 @@ def test_a_supernode_writes_under_its_node_config(tmp_path):
     assert view["state-dir"] == node["state-dir"]
     assert view["cache-dir"] == str((tmp_path / "cache").resolve())
     # The run name stays the server's (a derived name must not change with the node's paths).
-    assert view.run_name == config.run_name
+    assert view.resolved_run_name == config.resolved_run_name
 
 
 def test_a_supernode_without_node_paths_uses_the_devices_defaults(tmp_path, monkeypatch, caplog):
@@ -44,4 +44,4 @@ def test_in_a_simulation_the_run_config_decides(tmp_path):
     config = resolve_run_config(dict(ESCAPES))
     view = node_view(config, {"partition-id": 0, "num-partitions": 2}, supernode=False)
     assert view["state-dir"] == ESCAPES["state-dir"] and view["cache-dir"] == ESCAPES["cache-dir"]
-    assert view.run_name == config.run_name
+    assert view.resolved_run_name == config.resolved_run_name

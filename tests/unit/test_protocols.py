@@ -132,8 +132,7 @@ def test_protocol_config_errors_name_the_problem(overrides, message):
 
 
 def test_held_out_partitions_join_the_held_out_domain_and_the_held_out_share():
-    values = resolve_run_config(DOMAIN_PROTOCOL).values
-    held = held_out_partitions(values)
+    held = held_out_partitions(resolve_run_config(DOMAIN_PROTOCOL))
     assert {4, 5} <= held  # both clients of domain 2
     assert len(held - {4, 5}) <= 1  # round(0.2 * 6) = 1 more, possibly already in domain 2
 

@@ -262,7 +262,7 @@ def test_local_vpt_keeps_its_prompts_in_its_store_and_sends_nothing():
 
 def test_held_out_clients_never_train_and_are_evaluated_with_the_global_state():
     config = setup("pep-fedpt", **{"num-partitions": 8, "held-out-fraction": 0.25, "min-clients": 2})
-    held = held_out_partitions(config.values)
+    held = held_out_partitions(config)
     assert len(held) == 2
     manager = stand_in_manager(8)
     strategy = PEPFedPTStrategy(config, CLASSES)
@@ -281,7 +281,7 @@ def test_a_method_without_a_global_state_does_not_evaluate_held_out_clients():
     manager = stand_in_manager(8)
     strategy = StandaloneStrategy(config, CLASSES)
     params = strategy.initialize_parameters(manager)
-    held = held_out_partitions(config.values)
+    held = held_out_partitions(config)
     assert {p.partition for p, _ in strategy.configure_evaluate(1, params, manager)} == set(range(8)) - held
 
 
@@ -312,6 +312,6 @@ def test_held_out_partitions_depend_on_the_seed_only():
     a = resolve_run_config({"num-partitions": 20, "held-out-fraction": 0.2})
     b = resolve_run_config({"num-partitions": 20, "held-out-fraction": 0.2, "lr": 0.5})
     c = resolve_run_config({"num-partitions": 20, "held-out-fraction": 0.2, "seed": 3})
-    assert held_out_partitions(a.values) == held_out_partitions(b.values)
-    assert len(held_out_partitions(a.values)) == 4 and held_out_partitions(a.values) != held_out_partitions(c.values)
-    assert held_out_partitions(resolve_run_config({}).values) == frozenset()
+    assert held_out_partitions(a) == held_out_partitions(b)
+    assert len(held_out_partitions(a)) == 4 and held_out_partitions(a) != held_out_partitions(c)
+    assert held_out_partitions(resolve_run_config({})) == frozenset()
