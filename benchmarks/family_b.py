@@ -16,15 +16,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import data_overrides, fmt_count, markdown_table, run_method
+from compare import MethodRun, data_overrides, fmt_count, markdown_table, run_method
 
 METHODS = ("pfedlora", "standalone", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")
 HETERO = "cnn-1,cnn-2,cnn-3,cnn-4,cnn-5"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line: data, federation, schedule, optimiser, client models and output."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="ImageFolder folder or .tar.gz (default: scikit-learn digits)")
     parser.add_argument("--test-data", help="optional external test split (ImageFolder)")
@@ -42,9 +44,12 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--results-dir", default="results/benchmarks/family-b")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    common = {
+
+def shared_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Run-config keys every method runs with: the same clients, data, schedule and client models."""
+    return {
         "num-rounds": args.rounds,
         "fraction-fit": args.fraction,
         "min-clients": max(1, min(2, args.clients)),
@@ -60,13 +65,10 @@ def main() -> None:
         "results-dir": str(Path(args.results_dir).resolve()),
         **data_overrides(args.data, args.test_data),
     }
-    setting = f"N{args.clients}-C{args.fraction:g}-{args.partition}-E{args.local_epochs}-R{args.rounds}"
-    runs = [run_method(method, common, setting, args.clients) for method in args.methods.split(",")]
 
-    print(
-        f"\nSetting: {setting}, target mean accuracy {args.target}, client models "
-        f"{'CNN-1' if args.homogeneous else 'CNN-1..5'}\n"
-    )
+
+def results_table(runs: list[MethodRun]) -> str:
+    """One row per method: final accuracies, the cost to the target and seconds per round."""
     header = [
         "method",
         "mean acc",
@@ -92,7 +94,21 @@ def main() -> None:
         ]
         for r in runs
     ]
-    print(markdown_table(header, rows))
+    return markdown_table(header, rows)
+
+
+def main() -> None:
+    """Run every method on the same clients and print the comparison table."""
+    args = parse_args()
+    common = shared_overrides(args)
+    setting = f"N{args.clients}-C{args.fraction:g}-{args.partition}-E{args.local_epochs}-R{args.rounds}"
+    runs = [run_method(method, common, setting, args.clients) for method in args.methods.split(",")]
+
+    print(
+        f"\nSetting: {setting}, target mean accuracy {args.target}, client models "
+        f"{'CNN-1' if args.homogeneous else 'CNN-1..5'}\n"
+    )
+    print(results_table(runs))
 
 
 if __name__ == "__main__":

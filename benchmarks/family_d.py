@@ -22,12 +22,21 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import add_common_arguments, common_overrides, fmt_count, markdown_table, partition_overrides, run_method
+from compare import (
+    MethodRun,
+    add_common_arguments,
+    common_overrides,
+    fmt_count,
+    markdown_table,
+    partition_overrides,
+    run_method,
+)
 
 METHODS = ("pep-fedpt", "fedvpt", "fedvpt-d", "local-vpt", "head-fedavg")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line: the comparison scripts' common options, the clients, partitions and backbone."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(
         parser, methods=METHODS, results_dir="results/benchmarks/family-d", rounds=15, lr=0.01, batch_size=32
@@ -42,26 +51,11 @@ def main() -> None:
     parser.add_argument("--pretrained", default="")
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--target", type=float, default=0.5, help="accuracy for rounds-to-target")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    runs = []
-    for partition in args.partitions.split(","):
-        common = {
-            **common_overrides(args),
-            "num-partitions": args.clients,
-            "held-out-fraction": args.held_out,
-            "min-clients": 2,
-            **partition_overrides(args, partition),
-            "image-size": args.image_size,
-            "target-accuracy": args.target,
-        }
-        setting = f"N{args.clients}-H{args.held_out:g}-{partition}-R{args.rounds}"
-        runs += [run_method(method, common, setting, args.clients) for method in args.methods.split(",")]
 
-    print(
-        f"\nBackbone {args.clip_model} ({args.pretrained or 'random init'}, frozen), {args.clients} clients, "
-        f"{args.held_out:.0%} held out, {args.shots or 'all'} shots per class, target {args.target}\n"
-    )
+def results_table(runs: list[MethodRun]) -> str:
+    """One row per partition and method, in the paper's terms (held-out accuracy, rounds to target)."""
     header = [
         "setting",
         "method",
@@ -88,7 +82,31 @@ def main() -> None:
                 f"{r.seconds_per_round:.1f}",
             ]
         )
-    print(markdown_table(header, rows))
+    return markdown_table(header, rows)
+
+
+def main() -> None:
+    """Run every method on every partition and print the comparison table."""
+    args = parse_args()
+    runs = []
+    for partition in args.partitions.split(","):
+        common = {
+            **common_overrides(args),
+            "num-partitions": args.clients,
+            "held-out-fraction": args.held_out,
+            "min-clients": 2,
+            **partition_overrides(args, partition),
+            "image-size": args.image_size,
+            "target-accuracy": args.target,
+        }
+        setting = f"N{args.clients}-H{args.held_out:g}-{partition}-R{args.rounds}"
+        runs += [run_method(method, common, setting, args.clients) for method in args.methods.split(",")]
+
+    print(
+        f"\nBackbone {args.clip_model} ({args.pretrained or 'random init'}, frozen), {args.clients} clients, "
+        f"{args.held_out:.0%} held out, {args.shots or 'all'} shots per class, target {args.target}\n"
+    )
+    print(results_table(runs))
 
 
 if __name__ == "__main__":

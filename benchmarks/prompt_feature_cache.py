@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from fedapp.models import load_open_clip
-from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_image_batch, clip_logits, encode_images
+from fedapp.models.image_features import clip_image_batch, encode_images
+from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_logits
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clients.text_prompt import PromptClient
 from fedapp.aggregation import Arrays
-from fedapp.models.prompt import PromptContext
+from fedapp.models.text_prompt import PromptContext
 
 
 class CoOpLocalClient(PromptClient):

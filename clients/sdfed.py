@@ -6,14 +6,9 @@ import numpy as np
 
 from clients.text_prompt import PromptClient
 from fedapp.aggregation import Arrays
-from fedapp.methods.sdfed import (
-    SDFedClassifier,
-    SDFedWeights,
-    parse_local_lengths,
-    round_classifier,
-    sdfed_train_loss,
-)
-from fedapp.models.prompt import PromptTextEncoder
+from fedapp.methods.local_prompt_lengths import parse_local_lengths
+from fedapp.methods.sdfed import SDFedClassifier, SDFedWeights, round_classifier, sdfed_train_loss
+from fedapp.models.text_prompt import PromptTextEncoder
 
 
 class SDFedClient(PromptClient):

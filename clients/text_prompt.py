@@ -19,7 +19,8 @@ from fedapp.aggregation import Arrays
 from fedapp.config import client_clip_model_names
 from fedapp.methods import text_prompts as prompts
 from fedapp.models import LoadedClip, load_open_clip
-from fedapp.models.prompt import ImageFeatureCache, PromptContext, PromptTextEncoder
+from fedapp.models.image_features import ImageFeatureCache
+from fedapp.models.text_prompt import PromptContext, PromptTextEncoder
 from fedapp.training import TensorData
 
 # One per worker process: features of every client this worker has served.

@@ -17,7 +17,7 @@ from fedapp.aggregation import Arrays
 from fedapp.flops import train_step_flops
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import LoadedClip, load_open_clip
-from fedapp.models.prompt import ImageFeatureCache, clip_image_batch
+from fedapp.models.image_features import ImageFeatureCache, clip_image_batch
 from fedapp.models.vpt import ClassMixer, PromptedViT, VisualPrompts, vit_forward_flops
 from fedapp.params import set_arrays
 from fedapp.training import TensorData

@@ -128,6 +128,15 @@ CATALOG: dict[str, MethodSpec] = {
             new_client_note="only the classifier head is shared; a new client's representation layers are untrained",
         ),
         MethodSpec(
+            "fedper",
+            "strategies.fedper:FedPerStrategy",
+            "clients.fedper:FedPerClient",
+            "shared base layers, a personal classifier head per client (Arivazhagan et al., 2019)",
+            "cnn",
+            "parameters",
+            new_client_note="only the base layers are shared; a new client's head is untrained",
+        ),
+        MethodSpec(
             "fedproto",
             "strategies.fedproto:FedProtoStrategy",
             "clients.fedproto:FedProtoClient",

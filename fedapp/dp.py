@@ -24,7 +24,8 @@ def training_clients(config: RunConfig) -> int:
 
 
 def sampled_per_round(config: RunConfig) -> int:
-    """How many clients the strategy samples to train each round (``FedAppStrategy._sample``)."""
+    """How many clients the strategy samples to train each round
+    (:meth:`fedapp.flower.sampling.ClientSampler.sample`)."""
     total = training_clients(config)
     return min(total, max(config.min_clients, math.ceil(config.fraction_fit * total)))
 

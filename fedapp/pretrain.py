@@ -1,5 +1,9 @@
 """Contrastive pretraining of a small open_clip model on labelled images.
 
+Why this module is long: it is one recipe read top to bottom (captions, loss,
+augmentation, schedule, the resumable epoch loop, the cache-keyed checkpoint and
+the zero-shot accuracy it reports), each step a short function of its own.
+
 No pretrained weights can be downloaded on an offline machine, yet prompt
 learning and CLIP distillation only show their worth on a backbone that knows
 something. This module makes such a backbone from an image-classification
@@ -43,7 +47,8 @@ from fedapp.data.reserve import reserve_parts
 from fedapp.data.splits import split_stratified
 from fedapp.errors import DataError, ModelError
 from fedapp.models.clip import LoadedClip, register_tiny_configs
-from fedapp.models.prompt import class_phrase, clip_image_batch, encode_images
+from fedapp.models.image_features import clip_image_batch, encode_images
+from fedapp.models.text_prompt import class_phrase
 
 __all__ = ["CAPTION_TEMPLATES", "PretrainResult", "PretrainSettings", "pretrain_clip", "zero_shot_accuracy"]
 
@@ -232,6 +237,135 @@ def default_checkpoint(cache_dir: Path, model_name: str, key: str) -> Path:
     return cache_dir / "pretrained" / f"{model_name}-{key}.pt"
 
 
+def _finished_result(out: Path, key: str) -> PretrainResult | None:
+    """The result recorded beside an existing ``out`` made with ``key``; None when there is no ``out``."""
+    if not out.exists():
+        return None
+    if _read_key(_sidecar(out)) != key:
+        raise ModelError(
+            f"{out} exists but was not made from these settings and data (no {_sidecar(out).name} with key "
+            f"{key}); it is left as it is: pass another --out"
+        )
+    meta = json.loads(_sidecar(out).read_text())
+    return PretrainResult(out, key, float(meta["zero_shot_accuracy"]), meta["curve"], cached=True)
+
+
+def _carve(source: ArrayDataset, settings: PretrainSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices of the images that train, that draw the training curve (a stratified slice of the
+    reserve's pretraining part) and that measure the result (the reserve's test part)."""
+    parts = reserve_parts(
+        source.labels, pretrain=settings.reserve_pretrain, test=settings.reserve_test, seed=settings.reserve_seed
+    )
+    if len(np.unique(source.labels[parts.pretrain])) < source.num_classes:
+        raise DataError("reserve-pretrain leaves a class without pretraining images; reserve a larger share")
+    if len(parts.test) == 0:
+        raise DataError("reserve-test leaves no image to measure the zero-shot accuracy on; reserve a larger share")
+    held = split_stratified(parts.pretrain, source.labels, (1 - _CURVE_SHARE, _CURVE_SHARE, 0.0), seed=settings.seed)
+    return held.train, held.val, parts.test
+
+
+def _resume(partial: Path, key: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list, int]:
+    """The curve so far and the epoch to start at, restoring model and optimizer from ``partial`` if it exists."""
+    if not partial.exists():
+        return [], 0
+    state = torch.load(partial, weights_only=False)
+    if state.get("key") != key:
+        raise ModelError(f"{partial} holds an unfinished run of other settings; remove it or pass another --out")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["curve"], int(state["epoch"]) + 1
+
+
+def _batch_loss(
+    clip: LoadedClip,
+    tokens: torch.Tensor,
+    source: ArrayDataset,
+    batch: np.ndarray,
+    template_ids: np.ndarray,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The loss of one batch of augmented images, image ``i`` paired with its class's caption from template
+    ``template_ids[i]``."""
+    model = clip.model
+    labels = torch.as_tensor(source.labels[batch])
+    captions = template_ids * source.num_classes + labels.numpy()
+    unique, inverse = np.unique(captions, return_inverse=True)
+    images = _augment(clip_image_batch(source.images[batch], clip), generator)
+    image_features = F.normalize(model.encode_image(images), dim=-1)
+    text_features = F.normalize(model.encode_text(tokens[torch.as_tensor(unique)]), dim=-1)
+    return _multi_positive_loss(image_features, text_features[torch.as_tensor(inverse)], labels, model.logit_scale)
+
+
+def _train_epoch(
+    clip: LoadedClip,
+    optimizer: torch.optim.Optimizer,
+    tokens: torch.Tensor,
+    source: ArrayDataset,
+    train_idx: np.ndarray,
+    settings: PretrainSettings,
+    epoch: int,
+) -> float:
+    """One pass over ``train_idx`` in this epoch's seeded order, on the warmup-then-cosine schedule; the mean loss."""
+    steps_per_epoch = math.ceil(len(train_idx) / settings.batch_size)
+    total_steps, warmup = steps_per_epoch * settings.epochs, max(1, round(settings.warmup_epochs * steps_per_epoch))
+    clip.model.train()
+    rng = np.random.default_rng([settings.seed, epoch])
+    generator = torch.Generator().manual_seed(settings.seed * 100_003 + epoch)
+    order = rng.permutation(train_idx)
+    losses = []
+    for step, start in enumerate(range(0, len(order), settings.batch_size)):
+        batch = np.sort(order[start : start + settings.batch_size])
+        if len(batch) < 2:
+            continue
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(epoch * steps_per_epoch + step, total_steps, warmup, settings.lr)
+        template_ids = rng.integers(len(settings.templates), size=len(batch))  # a random caption per image
+        loss = _batch_loss(clip, tokens, source, batch, template_ids, generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            clip.model.logit_scale.clamp_(0, math.log(100))
+        losses.append(float(loss.detach()))
+    return float(np.mean(losses))
+
+
+def _train(
+    clip: LoadedClip,
+    source: ArrayDataset,
+    train_idx: np.ndarray,
+    curve_idx: np.ndarray,
+    settings: PretrainSettings,
+    key: str,
+    partial: Path,
+    on_epoch: Callable[[dict[str, float | None]], None] | None,
+) -> list[dict[str, float | None]]:
+    """Every epoch not done yet, saving the state to ``partial`` after each; the training curve."""
+    tokens = _tokens(clip, source.class_names, settings.templates)
+    optimizer = torch.optim.AdamW(_param_groups(clip.model, settings.weight_decay), lr=settings.lr)
+    curve, first_epoch = _resume(partial, key, clip.model, optimizer)
+    images, labels = source.images[curve_idx], source.labels[curve_idx]
+    started = time.perf_counter()
+    for epoch in range(first_epoch, settings.epochs):
+        loss = _train_epoch(clip, optimizer, tokens, source, train_idx, settings, epoch)
+        # None when the data is too small to hold a curve slice back.
+        held = zero_shot_accuracy(clip, images, labels, source.class_names, settings.templates) if len(images) else None
+        row = {"epoch": epoch + 1, "loss": loss, "curve_zero_shot": held, "seconds": time.perf_counter() - started}
+        curve.append(row)
+        state = {"key": key, "epoch": epoch, "model": clip.model.state_dict(), "optimizer": optimizer.state_dict()}
+        write_atomically(partial, lambda handle, state=state: torch.save({**state, "curve": curve}, handle))
+        if on_epoch is not None:
+            on_epoch(row)
+    return curve
+
+
+def _write_checkpoint(out: Path, clip: LoadedClip, meta: dict[str, Any]) -> None:
+    """The model's state dict at ``out`` (as open_clip loads it) and ``meta`` in the sidecar beside it."""
+    state_dict = {name: tensor.detach().clone() for name, tensor in clip.model.state_dict().items()}
+    write_atomically(out, lambda handle: torch.save({"state_dict": state_dict}, handle))
+    write_atomically(_sidecar(out), lambda handle: handle.write(json.dumps(meta, indent=2).encode()))
+
+
 def pretrain_clip(
     source: ArrayDataset,
     settings: PretrainSettings,
@@ -278,101 +412,15 @@ def pretrain_clip(
             raise ModelError("pretrain_clip needs an output path or a cache folder")
         out = default_checkpoint(cache_dir, settings.model_name, key)
     out = Path(out)
-    if out.exists():
-        if _read_key(_sidecar(out)) != key:
-            raise ModelError(
-                f"{out} exists but was not made from these settings and data (no {_sidecar(out).name} with key "
-                f"{key}); it is left as it is: pass another --out"
-            )
-        meta = json.loads(_sidecar(out).read_text())
-        return PretrainResult(out, key, float(meta["zero_shot_accuracy"]), meta["curve"], cached=True)
-
-    parts = reserve_parts(
-        source.labels, pretrain=settings.reserve_pretrain, test=settings.reserve_test, seed=settings.reserve_seed
-    )
-    if len(np.unique(source.labels[parts.pretrain])) < source.num_classes:
-        raise DataError("reserve-pretrain leaves a class without pretraining images; reserve a larger share")
-    if len(parts.test) == 0:
-        raise DataError("reserve-test leaves no image to measure the zero-shot accuracy on; reserve a larger share")
-    held = split_stratified(parts.pretrain, source.labels, (1 - _CURVE_SHARE, _CURVE_SHARE, 0.0), seed=settings.seed)
-    train_idx, curve_idx = held.train, held.val
-    tokens = _tokens(clip, source.class_names, settings.templates)
-    model = clip.model
-    optimizer = torch.optim.AdamW(_param_groups(model, settings.weight_decay), lr=settings.lr)
-    steps_per_epoch = math.ceil(len(train_idx) / settings.batch_size)
-    total_steps = steps_per_epoch * settings.epochs
-    warmup = max(1, round(settings.warmup_epochs * steps_per_epoch))
-    curve: list[dict[str, float | None]] = []
-    first_epoch = 0
-    partial = _partial(out)
-    if partial.exists():
-        state = torch.load(partial, weights_only=False)
-        if state.get("key") != key:
-            raise ModelError(f"{partial} holds an unfinished run of other settings; remove it or pass another --out")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        curve, first_epoch = state["curve"], int(state["epoch"]) + 1
-
-    num_classes = source.num_classes
-    started = time.perf_counter()
-    for epoch in range(first_epoch, settings.epochs):
-        model.train()
-        rng = np.random.default_rng([settings.seed, epoch])
-        generator = torch.Generator().manual_seed(settings.seed * 100_003 + epoch)
-        order = rng.permutation(train_idx)
-        losses = []
-        for step, start in enumerate(range(0, len(order), settings.batch_size)):
-            batch = np.sort(order[start : start + settings.batch_size])
-            if len(batch) < 2:
-                continue
-            for group in optimizer.param_groups:
-                group["lr"] = _lr_at(epoch * steps_per_epoch + step, total_steps, warmup, settings.lr)
-            labels = torch.as_tensor(source.labels[batch])
-            captions = rng.integers(len(settings.templates), size=len(batch)) * num_classes + labels.numpy()
-            unique, inverse = np.unique(captions, return_inverse=True)
-            images = _augment(clip_image_batch(source.images[batch], clip), generator)
-            image_features = F.normalize(model.encode_image(images), dim=-1)
-            text_features = F.normalize(model.encode_text(tokens[torch.as_tensor(unique)]), dim=-1)
-            loss = _multi_positive_loss(
-                image_features, text_features[torch.as_tensor(inverse)], labels, model.logit_scale
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            with torch.no_grad():
-                model.logit_scale.clamp_(0, math.log(100))
-            losses.append(float(loss.detach()))
-        row = {
-            "epoch": epoch + 1,
-            "loss": float(np.mean(losses)),
-            # None when the data is too small to hold a curve slice back.
-            "curve_zero_shot": zero_shot_accuracy(
-                clip, source.images[curve_idx], source.labels[curve_idx], source.class_names, settings.templates
-            )
-            if len(curve_idx)
-            else None,
-            "seconds": time.perf_counter() - started,
-        }
-        curve.append(row)
-        state = {"key": key, "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
-        write_atomically(partial, lambda handle, state=state: torch.save({**state, "curve": curve}, handle))
-        if on_epoch is not None:
-            on_epoch(row)
-
-    accuracy = zero_shot_accuracy(
-        clip, source.images[parts.test], source.labels[parts.test], source.class_names, settings.templates
-    )
-    state_dict = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-    write_atomically(out, lambda handle: torch.save({"state_dict": state_dict}, handle))
-    meta = {
-        "key": key,
-        "model_name": settings.model_name,
-        "settings": asdict(settings),
-        "model_config": model_config,
-        "data": {"images": len(source), "pretrain": len(train_idx), "curve": len(curve_idx), "test": len(parts.test)},
-        "zero_shot_accuracy": accuracy,
-        "curve": curve,
-    }
-    write_atomically(_sidecar(out), lambda handle: handle.write(json.dumps(meta, indent=2).encode()))
-    partial.unlink(missing_ok=True)
+    finished = _finished_result(out, key)
+    if finished is not None:
+        return finished
+    train_idx, curve_idx, test_idx = _carve(source, settings)
+    curve = _train(clip, source, train_idx, curve_idx, settings, key, _partial(out), on_epoch)
+    test_images, test_labels = source.images[test_idx], source.labels[test_idx]
+    accuracy = zero_shot_accuracy(clip, test_images, test_labels, source.class_names, settings.templates)
+    sizes = {"images": len(source), "pretrain": len(train_idx), "curve": len(curve_idx), "test": len(test_idx)}
+    meta = {"key": key, "model_name": settings.model_name, "settings": asdict(settings), "model_config": model_config}
+    _write_checkpoint(out, clip, {**meta, "data": sizes, "zero_shot_accuracy": accuracy, "curve": curve})
+    _partial(out).unlink(missing_ok=True)
     return PretrainResult(out, key, accuracy, curve, cached=False)

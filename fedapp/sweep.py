@@ -123,33 +123,47 @@ def plan_sweep(
         raise ConfigError("--seeds gives no seed")
     axes = list(grid)
     existing = _existing_runs(Path(results_dir))
-    runs: list[SweepRun] = []
-    for method in methods or [None]:
-        for values in itertools.product(*(grid[key] for key in axes)):
-            point = dict(zip(axes, values, strict=True))
-            for seed in seeds:
-                overrides = {**base, **point, "seed": int(seed), "results-dir": str(Path(results_dir).resolve())}
-                if method is not None:
-                    overrides["method"] = method
-                label = ", ".join(
-                    f"{k}={v}" for k, v in {"method": method, **point, "seed": seed}.items() if v is not None
-                )
-                try:
-                    prepared = prepare_run(overrides)
-                except ConfigError as err:
-                    raise ConfigError(f"sweep run ({label}): {err}") from err
-                config = prepared.config.as_dict()
-                name = "-".join(
-                    [str(config["method"])]
-                    + [f"{key}{_slug(value)}" for key, value in point.items()]
-                    + [settings_digest(config), f"s{seed}"]
-                )
-                if not (Path(results_dir) / name).exists():
-                    # The same run made by an earlier version, under the name that version gave it.
-                    name = existing.get((same_setting_key(config), int(seed)), name)
-                prepared = prepare_run({**prepared.overrides, "run-name": name})
-                runs.append(SweepRun(name=name, prepared=prepared))
-    return runs
+    return [
+        _plan_run(base, method, dict(zip(axes, values, strict=True)), seed, Path(results_dir), existing)
+        for method in methods or [None]
+        for values in itertools.product(*(grid[key] for key in axes))
+        for seed in seeds
+    ]
+
+
+def _plan_run(
+    base: dict[str, Any],
+    method: str | None,
+    point: dict[str, Any],
+    seed: int,
+    results_dir: Path,
+    existing: dict[tuple[str, int], str],
+) -> SweepRun:
+    """One run of the grid: ``base`` with the method, grid values and seed, validated and named.
+
+    Raises
+    ------
+    ConfigError
+        If the run's configuration is invalid; the message names the run's method, grid values and seed.
+    """
+    overrides = {**base, **point, "seed": int(seed), "results-dir": str(results_dir.resolve())}
+    if method is not None:
+        overrides["method"] = method
+    label = ", ".join(f"{k}={v}" for k, v in {"method": method, **point, "seed": seed}.items() if v is not None)
+    try:
+        prepared = prepare_run(overrides)
+    except ConfigError as err:
+        raise ConfigError(f"sweep run ({label}): {err}") from err
+    config = prepared.config.as_dict()
+    name = "-".join(
+        [str(config["method"])]
+        + [f"{key}{_slug(value)}" for key, value in point.items()]
+        + [settings_digest(config), f"s{seed}"]
+    )
+    if not (results_dir / name).exists():
+        # The same run made by an earlier version, under the name that version gave it.
+        name = existing.get((same_setting_key(config), int(seed)), name)
+    return SweepRun(name=name, prepared=prepare_run({**prepared.overrides, "run-name": name}))
 
 
 def _existing_runs(results_dir: Path) -> dict[tuple[str, int], str]:

@@ -19,6 +19,7 @@ from strategies.fd import FDStrategy
 from strategies.fedavg import FedAvgStrategy
 from strategies.fedd2p import FedD2PStrategy
 from strategies.fedkd import FedKDStrategy
+from strategies.fedper import FedPerStrategy
 from strategies.fedproto import FedProtoStrategy
 from strategies.fedvpt import FedVPTStrategy
 from strategies.fml import FMLStrategy
@@ -39,6 +40,7 @@ __all__ = [
     "FedAvgStrategy",
     "FedD2PStrategy",
     "FedKDStrategy",
+    "FedPerStrategy",
     "FedProtoStrategy",
     "FedVPTStrategy",
     "LGFedAvgStrategy",

@@ -179,6 +179,23 @@ def synthetic_domains(source: ArrayDataset, count: int, seed: int) -> ArrayDatas
         If ``count`` or ``seed`` is out of range, the source already has
         domains, or it has fewer samples than ``count``.
     """
+    _check_synthetic_arguments(source, count, seed)
+    count = int(count)
+    domains = _deal_domains(source.labels, source.num_classes, count, int(seed))
+    images = np.empty_like(source.images)
+    for domain, name in enumerate(SYNTHETIC_DOMAINS[:count]):
+        members = np.flatnonzero(domains == domain)
+        images[members] = domain_transform(name, source.images[members])
+    return ArrayDataset(
+        images=images,
+        labels=source.labels.copy(),
+        class_names=source.class_names,
+        domains=domains,
+        domain_names=SYNTHETIC_DOMAINS[:count],
+    )
+
+
+def _check_synthetic_arguments(source: ArrayDataset, count: int, seed: int) -> None:
     limit = len(SYNTHETIC_DOMAINS)
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 2 <= count <= limit:
         raise DataError(f"synthetic domain count must be an integer in [2, {limit}], got {count!r}")
@@ -191,25 +208,19 @@ def synthetic_domains(source: ArrayDataset, count: int, seed: int) -> ArrayDatas
         )
     if len(source) < count:
         raise DataError(f"cannot split {len(source)} samples into {count} synthetic domains")
-    count = int(count)
-    rng = np.random.default_rng([int(seed), _ASSIGN_SALT])
-    domains = np.empty(len(source), dtype=np.int64)
+
+
+def _deal_domains(labels: np.ndarray, num_classes: int, count: int, seed: int) -> np.ndarray:
+    """Each class's samples shuffled and dealt round-robin over ``count`` domains, the deal
+    continuing from class to class; returns the domain of every sample."""
+    rng = np.random.default_rng([seed, _ASSIGN_SALT])
+    domains = np.empty(len(labels), dtype=np.int64)
     dealt = 0
-    for label in range(source.num_classes):
-        members = rng.permutation(np.flatnonzero(source.labels == label))
+    for label in range(num_classes):
+        members = rng.permutation(np.flatnonzero(labels == label))
         domains[members] = (dealt + np.arange(len(members))) % count
         dealt += len(members)
-    images = np.empty_like(source.images)
-    for domain, name in enumerate(SYNTHETIC_DOMAINS[:count]):
-        members = np.flatnonzero(domains == domain)
-        images[members] = domain_transform(name, source.images[members])
-    return ArrayDataset(
-        images=images,
-        labels=source.labels.copy(),
-        class_names=source.class_names,
-        domains=domains,
-        domain_names=SYNTHETIC_DOMAINS[:count],
-    )
+    return domains
 
 
 def load_domain_folders(data_dir: str, *, image_size: int, split: str = "", cache_dir: str = "") -> ArrayDataset:
@@ -247,6 +258,18 @@ def load_domain_folders(data_dir: str, *, image_size: int, split: str = "", cach
         two domain subfolders, or a domain fails to load (the message names it).
     """
     image_size = check_image_size(image_size)
+    path, domain_dirs = _domain_folders(data_dir, split, cache_dir)
+    parts: list[ArrayDataset] = []
+    for domain_dir in domain_dirs:
+        try:
+            parts.append(load_imagefolder(str(domain_dir), image_size=image_size, split=split, cache_dir=cache_dir))
+        except DataError as exc:
+            raise DataError(f"domain {domain_dir.name!r} of {path}: {exc}") from exc
+    return _merge_domains(parts, tuple(d.name for d in domain_dirs))
+
+
+def _domain_folders(data_dir: str, split: str, cache_dir: str) -> tuple[Path, list[Path]]:
+    """The resolved path the user gave (for messages) and its domain folders, an archive extracted first."""
     if not data_dir:
         raise DataError(
             "dataset 'domains' needs data_dir (a folder or .tar.gz with one ImageFolder subfolder per domain)"
@@ -261,20 +284,18 @@ def load_domain_folders(data_dir: str, *, image_size: int, split: str = "", cach
         root = extract_archive(path, resolve_cache_dir(cache_dir))
     else:
         root = path
-    root = _unwrap(root, split)
-    domain_dirs = _visible_subdirs(root)
+    domain_dirs = _visible_subdirs(_unwrap(root, split))
     if len(domain_dirs) < 2:
         found = ", ".join(d.name for d in domain_dirs) or "none"
         raise DataError(
             f"{path}: a multi-domain dataset needs one subfolder per domain (at least two), found {found}; "
             f"expected <root>/<domain>/<class>/<image files>"
         )
-    parts: list[ArrayDataset] = []
-    for domain_dir in domain_dirs:
-        try:
-            parts.append(load_imagefolder(str(domain_dir), image_size=image_size, split=split, cache_dir=cache_dir))
-        except DataError as exc:
-            raise DataError(f"domain {domain_dir.name!r} of {path}: {exc}") from exc
+    return path, domain_dirs
+
+
+def _merge_domains(parts: list[ArrayDataset], domain_names: tuple[str, ...]) -> ArrayDataset:
+    """One dataset of every domain's samples, domain after domain, labels re-indexed into the union of classes."""
     class_names = tuple(sorted(set().union(*(part.class_names for part in parts))))
     index = {name: i for i, name in enumerate(class_names)}
     labels = [np.array([index[name] for name in part.class_names], dtype=np.int64)[part.labels] for part in parts]
@@ -283,7 +304,7 @@ def load_domain_folders(data_dir: str, *, image_size: int, split: str = "", cach
         labels=np.concatenate(labels),
         class_names=class_names,
         domains=np.repeat(np.arange(len(parts), dtype=np.int64), [len(part) for part in parts]),
-        domain_names=tuple(d.name for d in domain_dirs),
+        domain_names=domain_names,
     )
 
 

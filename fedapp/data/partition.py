@@ -1,33 +1,45 @@
-"""Split a labelled dataset across clients with flwr-datasets' partitioners."""
+"""Split a labelled dataset across clients: the partition schemes and their caches.
+
+The schemes (:data:`PARTITIONS`), with the keywords of :func:`partition_indices`
+each reads and the samples it covers:
+
+* ``iid``: equal shares of a shuffle; covers every sample;
+* ``dirichlet``: each class shared out by Dirichlet(``alpha``) proportions (smaller
+  is more skewed), redrawn until every client holds ``min_partition_size``
+  samples; covers every sample;
+* ``pathological``: ``classes_per_client`` distinct classes per client; covers
+  every sample when ``num_partitions + classes_per_client - 1 >= num_classes``;
+* ``shard``: ``shards_per_client`` label-sorted shards per client; drops the
+  remainder of ``N / (num_partitions * shards_per_client)``;
+* ``domain``: partition ``p`` holds domain ``p // clients_per_domain`` of
+  ``domains``; a domain with several clients is split among them by
+  ``dirichlet`` over labels with ``alpha`` (as SDFed does); covers every sample.
+
+The first four run flwr-datasets' partitioners (:mod:`fedapp.data.partitioners`).
+A partition is a pure function of its arguments, cached in-process because every
+simulated client asks for the same one, and with a cache folder also on disk
+(:mod:`fedapp.data.partition_cache`): the ServerApp partitions once before
+round 1 and every simulation worker then reads the result instead of importing
+flwr-datasets and partitioning again.
+"""
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import logging
 import math
 import os
-import warnings
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedapp.data.arrays import save_npz_atomically
+from fedapp.data import partition_cache, partitioners
 from fedapp.errors import DataError
 
-if TYPE_CHECKING:  # flwr-datasets (and HF datasets, scipy, seaborn with it) take seconds to import
-    from flwr_datasets.partitioner import Partitioner
-
-log = logging.getLogger("flwr.fedapp")
+__all__ = ["PARTITIONS", "partition_indices"]
 
 PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "domain")
 
-# "deterministic" gives partition i the classes i, i+1, ..., i+k-1 (mod C): every
-# class is used as soon as num_partitions + k - 1 >= C, and class usage is
-# balanced. The seed still decides which samples of a class go where.
-PATHOLOGICAL_ASSIGNMENT = "deterministic"
 # Cap of the automatic Dirichlet minimum partition size.
 _DIRICHLET_MIN_SIZE_CAP = 10
 
@@ -46,12 +58,7 @@ def partition_indices(
     domains: np.ndarray | None = None,
     clients_per_domain: int = 1,
 ) -> list[np.ndarray]:
-    """Assign sample indices to ``num_partitions`` clients.
-
-    A pure function of its arguments, cached in-process because every simulated
-    client calls it with the same arguments, and with ``cache_dir`` also on disk:
-    the ServerApp partitions once before round 1 and every simulation worker
-    then reads the result instead of importing flwr-datasets and partitioning again.
+    """Assign sample indices to ``num_partitions`` clients (schemes: see the module docstring).
 
     Parameters
     ----------
@@ -62,7 +69,7 @@ def partition_indices(
     scheme : str
         One of :data:`PARTITIONS`.
     alpha : float
-        ``dirichlet``: concentration; smaller is more skewed.
+        ``dirichlet`` and ``domain``: Dirichlet concentration.
     classes_per_client : int
         ``pathological``: distinct classes per client.
     shards_per_client : int
@@ -70,25 +77,19 @@ def partition_indices(
     seed : int
         Seed of the shuffle and of the partitioner.
     min_partition_size : int
-        ``dirichlet``: smallest acceptable client; flwr-datasets resamples until
-        every client has it. ``0`` means ``max(1, min(10, N // num_partitions // 2))``.
+        ``dirichlet``: smallest acceptable client; ``0`` means
+        ``max(1, min(10, N // num_partitions // 2))``.
     cache_dir : str or os.PathLike, optional
-        Folder for ``partitions/<key>.npz`` files (written atomically; an
-        unreadable one is recomputed). ``None`` keeps the cache in memory only.
+        Folder of the on-disk cache; ``None`` keeps the cache in memory only.
     domains : np.ndarray, optional
         ``domain``: the domain id of every sample, shape ``(N,)``.
     clients_per_domain : int
-        ``domain``: clients per domain; partition ``p`` holds data of domain
-        ``p // clients_per_domain``, and a domain with several clients is split
-        among them by Dirichlet over labels with ``alpha`` (as SDFed does).
+        ``domain``: clients per domain.
 
     Returns
     -------
     list[np.ndarray]
-        Per client, its sorted ``int64`` sample indices. Partitions are disjoint;
-        ``iid``, ``dirichlet`` and ``domain`` cover every sample, ``pathological`` does when
-        ``num_partitions + classes_per_client - 1 >= num_classes``, ``shard``
-        drops the remainder of ``N / (num_partitions * shards_per_client)``.
+        Per client, its sorted ``int64`` sample indices (a copy); partitions are disjoint.
 
     Raises
     ------
@@ -97,19 +98,27 @@ def partition_indices(
         client ends up with no samples.
     """
     label_array = _as_labels(labels)
+    shared = {"alpha": alpha, "seed": seed, "min_partition_size": min_partition_size, "cache_dir": cache_dir}
     if scheme == "domain":
-        return _domain_parts(
-            label_array,
-            domains,
-            num_partitions,
-            clients_per_domain,
-            alpha=alpha,
-            seed=seed,
-            min_partition_size=min_partition_size,
-            cache_dir=cache_dir,
-        )
+        return _domain_parts(label_array, domains, num_partitions, clients_per_domain, **shared)
+    return _label_parts(label_array, num_partitions, scheme, classes_per_client, shards_per_client, **shared)
+
+
+def _label_parts(
+    labels: np.ndarray,
+    num_partitions: int,
+    scheme: str,
+    classes_per_client: int,
+    shards_per_client: int,
+    *,
+    alpha: float,
+    seed: int,
+    min_partition_size: int,
+    cache_dir: str | os.PathLike | None,
+) -> list[np.ndarray]:
+    """The label-based schemes (all but ``domain``): checked, then from the caches or flwr-datasets."""
     _check_arguments(
-        label_array,
+        labels,
         num_partitions,
         scheme,
         alpha=alpha,
@@ -118,9 +127,9 @@ def partition_indices(
         min_partition_size=min_partition_size,
     )
     if scheme == "dirichlet" and min_partition_size == 0:
-        min_partition_size = max(1, min(_DIRICHLET_MIN_SIZE_CAP, len(label_array) // num_partitions // 2))
+        min_partition_size = max(1, min(_DIRICHLET_MIN_SIZE_CAP, len(labels) // num_partitions // 2))
     parts = _partition_cached(
-        _LabelKey(label_array),
+        _LabelKey(labels),
         int(num_partitions),
         scheme,
         alpha=float(alpha),
@@ -270,142 +279,11 @@ def _partition_cached(
     )
     path = None
     if cache_dir is not None:
-        path = _disk_path(Path(cache_dir), key, num_partitions, scheme, arguments)
-        parts = _read_parts(path, num_partitions, len(key.labels))
+        path = partition_cache.cache_path(Path(cache_dir), key.digest, num_partitions, scheme, arguments)
+        parts = partition_cache.read_parts(path, num_partitions, len(key.labels))
         if parts is not None:
             return parts
-    parts = _compute_parts(key, num_partitions, scheme, **arguments)
+    parts = partitioners.compute_parts(key.labels, num_partitions, scheme, **arguments)
     if path is not None:
-        _write_parts(path, parts)
+        partition_cache.write_parts(path, parts)
     return parts
-
-
-def _disk_path(cache_dir: Path, key: _LabelKey, num_partitions: int, scheme: str, arguments: dict) -> Path:
-    # Everything the result depends on, including the partitioners' code.
-    versions = []
-    for package in ("flwr-datasets", "datasets"):
-        try:
-            versions.append(version(package))
-        except PackageNotFoundError:
-            versions.append("?")
-    text = repr((key.digest, num_partitions, scheme, sorted(arguments.items()), PATHOLOGICAL_ASSIGNMENT, versions))
-    return cache_dir / "partitions" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.npz"
-
-
-def _read_parts(path: Path, num_partitions: int, num_samples: int) -> tuple[np.ndarray, ...] | None:
-    """The cached partition, or None when absent or not a valid partition of these samples."""
-    if not path.exists():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as stored:
-            indices, offsets = stored["indices"], stored["offsets"]
-        parts = tuple(np.asarray(part, dtype=np.int64) for part in np.split(indices, offsets[1:-1]))
-        valid = len(parts) == num_partitions and offsets[-1] == len(indices) and indices.max(initial=-1) < num_samples
-    except (OSError, ValueError, KeyError, IndexError) as err:
-        log.warning("partition cache %s is unreadable (%s); partitioning again", path, err)
-        return None
-    if not valid:
-        log.warning("partition cache %s does not fit this data; partitioning again", path)
-        return None
-    for part in parts:
-        part.setflags(write=False)
-    return parts
-
-
-def _write_parts(path: Path, parts: tuple[np.ndarray, ...]) -> None:
-    """Store ``parts`` atomically (workers may race to write the same file); failures only log."""
-    offsets = np.cumsum([0, *(len(part) for part in parts)], dtype=np.int64)
-    indices = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    try:
-        save_npz_atomically(path, indices=indices, offsets=offsets)
-    except OSError as err:
-        log.debug("could not cache the partition in %s: %s", path, err)
-
-
-def _compute_parts(key: _LabelKey, num_partitions: int, scheme: str, **arguments: Any) -> tuple[np.ndarray, ...]:
-    """Partition with flwr-datasets; ``arguments`` are :func:`_make_partitioner`'s keywords."""
-    from datasets import Dataset  # noqa: PLC0415 - see the TYPE_CHECKING import above
-
-    # IidPartitioner cuts contiguous blocks, so shuffle first (as FederatedDataset
-    # does); the "idx" column maps rows back to the caller's indices.
-    table = Dataset.from_dict({"label": key.labels, "idx": np.arange(len(key.labels))})
-    table = table.shuffle(seed=arguments["seed"])
-    partitioner = _make_partitioner(scheme, num_partitions, **arguments)
-    partitioner.dataset = table
-    parts = _run_partitioner(partitioner, num_partitions, scheme, arguments["alpha"])
-    _check_non_empty(parts, scheme)
-    for part in parts:
-        part.setflags(write=False)
-    return tuple(parts)
-
-
-def _make_partitioner(
-    scheme: str,
-    num_partitions: int,
-    *,
-    alpha: float,
-    classes_per_client: int,
-    shards_per_client: int,
-    seed: int,
-    min_partition_size: int,
-) -> Partitioner:
-    from flwr_datasets.partitioner import (  # noqa: PLC0415 - see the TYPE_CHECKING import above
-        DirichletPartitioner,
-        IidPartitioner,
-        PathologicalPartitioner,
-        ShardPartitioner,
-    )
-
-    if scheme == "iid":
-        return IidPartitioner(num_partitions=num_partitions)
-    if scheme == "dirichlet":
-        return DirichletPartitioner(
-            num_partitions=num_partitions,
-            partition_by="label",
-            alpha=alpha,
-            min_partition_size=min_partition_size,
-            self_balancing=False,
-            seed=seed,
-        )
-    if scheme == "pathological":
-        return PathologicalPartitioner(
-            num_partitions=num_partitions,
-            partition_by="label",
-            num_classes_per_partition=classes_per_client,
-            class_assignment_mode=PATHOLOGICAL_ASSIGNMENT,
-            seed=seed,
-        )
-    return ShardPartitioner(
-        num_partitions=num_partitions, partition_by="label", num_shards_per_partition=shards_per_client, seed=seed
-    )
-
-
-def _run_partitioner(partitioner: Partitioner, num_partitions: int, scheme: str, alpha: float) -> list[np.ndarray]:
-    try:
-        with warnings.catch_warnings():
-            # Dirichlet resampling is the intended way to reach min_partition_size;
-            # its per-attempt warning is noise. Failure still raises below.
-            warnings.filterwarnings("ignore", message="The specified min_partition_size")
-            # datasets' sort (shard) trips a pyarrow deprecation we cannot act on.
-            warnings.filterwarnings("ignore", message="Specifying null_placement", category=FutureWarning)
-            return [
-                np.sort(np.asarray(partitioner.load_partition(pid)["idx"], dtype=np.int64))
-                for pid in range(num_partitions)
-            ]
-    except ValueError as exc:
-        hint = (
-            f" (alpha={alpha}): use fewer clients or a larger alpha" if scheme == "dirichlet" else ": use fewer clients"
-        )
-        raise DataError(
-            f"{scheme} partitioning into {num_partitions} clients failed{hint}. flwr-datasets said: {exc}"
-        ) from exc
-
-
-def _check_non_empty(parts: list[np.ndarray], scheme: str) -> None:
-    for pid, part in enumerate(parts):
-        if len(part) == 0:
-            raise DataError(
-                f"partition {pid} of {len(parts)} got zero samples under "
-                f"scheme {scheme!r}; use fewer clients (num_partitions) or "
-                f"a larger alpha"
-            )

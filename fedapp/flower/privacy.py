@@ -147,7 +147,7 @@ class _FixedClippingMixin:
             strategy.recorder.summary_extra.update(fields)
         if aggregated is None:
             return None, metrics
-        used = strategy._round_log[server_round].clients_fit
+        used = strategy.clients_fit(server_round)
         scale = used / max(self.num_sampled_clients, used)
         std = compute_stdv(self.noise_multiplier, self.clipping_norm, self.num_sampled_clients)
         rng = np.random.default_rng()  # fresh OS entropy: unpredictable, so not reproducible
@@ -155,7 +155,7 @@ class _FixedClippingMixin:
             (old + (new.astype(np.float64) - old) * scale + rng.normal(0.0, std, new.shape)).astype(new.dtype)
             for new, old in zip(parameters_to_ndarrays(aggregated), current, strict=True)
         ]
-        strategy._global = noised
+        strategy.global_arrays = noised
         log.info(
             "round %d: DP average of %d clipped updates over %d sampled, noise std %.4g; epsilon %.4g (delta %g)",
             server_round,
@@ -225,7 +225,7 @@ class ClientSideFixedClipping(_FixedClippingMixin, DifferentialPrivacyClientSide
                 continue
             norm = update_norm(arrays, current) if same_layout(arrays, current) else 0.0
             if norm > self.clipping_norm + tolerance:
-                name = self.strategy._client_name(proxy, res.metrics)
+                name = self.strategy.client_name(proxy, res.metrics)
                 failures.append(
                     ValueError(
                         f"{name}: update norm {norm:.4g} exceeds the clipping norm {self.clipping_norm:g} "

@@ -50,7 +50,9 @@ from flwr.serverapp.grid import Grid
 from fedapp.aggregation import Arrays, metrics_problem, update_problem
 from fedapp.config import RunConfig, resolve_run_config
 from fedapp.errors import ConfigError
-from fedapp.flower.strategy import ClientUpdate, FedAppStrategy, _RoundLog, reply_order
+from fedapp.flower.recording import RoundLog, num_params
+from fedapp.flower.replies import ClientUpdate, reply_order
+from fedapp.flower.strategy import FedAppStrategy
 from fedapp.secagg import MODULUS_RANGE, secagg_workflow_options
 
 log = logging.getLogger("flwr.fedapp")
@@ -118,7 +120,7 @@ class SecAggReplies:
         strategy: FedAppStrategy,
         server_round: int,
         results: list[tuple[ClientProxy, FitRes]],
-        round_log: _RoundLog,
+        round_log: RoundLog,
     ) -> tuple[list[ClientUpdate], list[ClientUpdate]]:
         """``(participants, to_aggregate)``: one update per usable participant
         (no arrays; its count and metrics), and the aggregate as one update
@@ -134,7 +136,7 @@ class SecAggReplies:
                 strategy.leave_out(server_round, round_log, proxy, res.metrics, problem)
                 continue
             update = ClientUpdate(proxy.cid, [], res.num_examples, dict(res.metrics), bytes_up)
-            participants.append(strategy.accept(round_log, update, sum(a.size for a in expected or [])))
+            participants.append(strategy.accept(round_log, update, num_params(expected or [])))
         participants.sort(key=reply_order)
         if not participants:
             return [], []

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from fedapp.errors import ConfigError
 from fedapp.methods.per_class import class_distillation_loss
-from fedapp.models.prompt import class_phrase
+from fedapp.models.text_prompt import class_phrase
 from fedapp.training import LossFn
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from fedapp.errors import ConfigError
-from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_logits
+from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_logits
 
 
 class PromptClassifier(nn.Module):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-import fedapp.launch as launch_module
+import fedapp.launch.federation as launch_federation
 from fedapp.config import METHODS, SCHEMA
 from fedapp.launch import run, stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
@@ -51,8 +51,8 @@ def test_a_temporary_flower_home_is_removed_even_when_the_run_fails(tmp_path, mo
         assert (Path(kwargs["env"]["FLWR_HOME"]) / "config.toml").exists()  # the connection file is in the home
         raise subprocess.CalledProcessError(1, command)
 
-    monkeypatch.setattr(launch_module.tempfile, "mkdtemp", mkdtemp)
-    monkeypatch.setattr(launch_module.subprocess, "run", failing_flwr_run)
+    monkeypatch.setattr(launch_federation.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(launch_federation.subprocess, "run", failing_flwr_run)
     with pytest.raises(subprocess.CalledProcessError):
         run({"num-rounds": 1, "results-dir": str(tmp_path / "results")}, num_clients=2)
     assert not made.exists()

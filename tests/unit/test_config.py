@@ -8,7 +8,7 @@ import pytest
 import tomllib
 
 from fedapp.catalog import CATALOG
-from fedapp.config import SCHEMA, defaults, resolve_run_config, settings_digest, validate
+from fedapp.config import APP_ROOT, SCHEMA, defaults, find_preset, resolve_run_config, settings_digest, validate
 from fedapp.errors import ConfigError
 from fedapp.registry import client_class, strategy_class
 from tests.paths import ROOT
@@ -75,6 +75,14 @@ def test_shipped_presets_all_validate(tmp_path):
         # Presets for local image folders leave data-dir to the user.
         config = resolve_run_config({"preset": f"conf/{preset.name}", "data-dir": str(tmp_path)})
         assert config["preset"] == f"conf/{preset.name}"
+
+
+def test_relative_presets_resolve_against_the_app_root_from_any_working_directory(tmp_path, monkeypatch):
+    assert APP_ROOT == ROOT and (APP_ROOT / "pyproject.toml").is_file()
+    monkeypatch.chdir(tmp_path)  # no conf/ here: the app root is where it is found
+    assert find_preset("conf/fedavg-digits.yaml") == APP_ROOT / "conf" / "fedavg-digits.yaml"
+    config = resolve_run_config({"preset": "conf/fedavg-digits.yaml", "num-rounds": 3})
+    assert (config.preset, config.method, config.num_rounds) == ("conf/fedavg-digits.yaml", "fedavg", 3)
 
 
 def test_int_is_accepted_for_a_float_key():

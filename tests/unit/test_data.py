@@ -21,7 +21,9 @@ from fedapp.data import (
     imagefolder,
     load_source,
     partition,
+    partition_cache,
     partition_indices,
+    partitioners,
     sample_external_test,
     split_stratified,
 )
@@ -399,7 +401,7 @@ def test_partition_disk_cache_is_read_back_without_partitioning_again(
     def refuse(*args, **kwargs):
         raise AssertionError("partitioned again instead of reading the cache")
 
-    monkeypatch.setattr(partition, "_compute_parts", refuse)
+    monkeypatch.setattr(partitioners, "compute_parts", refuse)
     again = partition_indices(labels, 5, "dirichlet", alpha=0.5, seed=3, cache_dir=tmp_path)
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     # Other arguments are another file: computing it is what the stand-in refuses.
@@ -421,6 +423,37 @@ def test_partition_disk_cache_that_is_corrupt_or_foreign_is_recomputed(labels: n
         partition._partition_cached.cache_clear()
         got = partition_indices(labels, 4, "iid", seed=1, cache_dir=tmp_path)
         assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+
+
+def test_partition_cache_files_round_trip_and_are_named_by_every_input(tmp_path: Path) -> None:
+    arguments = {"alpha": 0.5, "seed": 3}
+    path = partition_cache.cache_path(tmp_path, "digest", 3, "dirichlet", arguments)
+    assert path.parent == tmp_path / "partitions" and path.suffix == ".npz"
+    others = [
+        partition_cache.cache_path(tmp_path, "other digest", 3, "dirichlet", arguments),
+        partition_cache.cache_path(tmp_path, "digest", 4, "dirichlet", arguments),
+        partition_cache.cache_path(tmp_path, "digest", 3, "iid", arguments),
+        partition_cache.cache_path(tmp_path, "digest", 3, "dirichlet", {**arguments, "seed": 4}),
+    ]
+    assert len({path, *others}) == 5
+    assert partition_cache.read_parts(path, 3, 10) is None  # absent
+    parts = (np.array([0, 4], np.int64), np.array([1, 2, 3], np.int64), np.array([5], np.int64))
+    partition_cache.write_parts(path, parts)
+    read = partition_cache.read_parts(path, 3, 10)
+    assert read is not None and all(np.array_equal(a, b) for a, b in zip(parts, read, strict=True))
+    assert not any(part.flags.writeable for part in read)
+    assert partition_cache.read_parts(path, 2, 10) is None  # another number of clients
+    assert partition_cache.read_parts(path, 3, 5) is None  # indices beyond these samples
+
+
+def test_partitioners_compute_read_only_sorted_parts_directly(labels: np.ndarray) -> None:
+    arguments = {"alpha": 0.3, "classes_per_client": 2, "shards_per_client": 2, "seed": 1, "min_partition_size": 0}
+    parts = partitioners.compute_parts(labels, 4, "iid", **arguments)
+    assert [len(part) for part in parts] == [250] * 4
+    assert all(np.array_equal(part, np.sort(part)) and not part.flags.writeable for part in parts)
+    partition._partition_cached.cache_clear()
+    via_partition = partition_indices(labels, 4, "iid", seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, via_partition, strict=True))
 
 
 def test_digits_are_cached_and_read_back_equal(tmp_path: Path) -> None:
@@ -469,7 +502,7 @@ def test_empty_partition_is_named(labels: np.ndarray, monkeypatch: pytest.Monkey
         def load_partition(self, pid: int) -> dict[str, list[int]]:
             return {"idx": [] if pid == 1 else [pid]}
 
-    monkeypatch.setattr(partition, "_make_partitioner", lambda *_, **__: HalfEmpty())
+    monkeypatch.setattr(partitioners, "make_partitioner", lambda *_, **__: HalfEmpty())
     partition._partition_cached.cache_clear()
     with pytest.raises(DataError, match="partition 1 of 3 got zero samples"):
         partition_indices(labels, 3, "iid", seed=99)

@@ -68,7 +68,7 @@ def test_soft_labels_are_softened_by_tau1():
 
 def test_the_pooled_knowledge_is_weighted_by_class_counts():
     strategy = FedD2PStrategy(setup("fedd2p-agg"), CLASSES)
-    strategy._global = strategy.initial_arrays()
+    strategy.global_arrays = strategy.initial_arrays()
     a = np.eye(CLASSES, dtype=np.float32)
     b = np.full((CLASSES, CLASSES), 1 / CLASSES, np.float32)
     counts_a = np.array([3, 0] + [1] * 8, np.int64)
@@ -179,7 +179,7 @@ def test_class_descriptions_use_the_papers_templates():
 def test_fedd2p_strategy_sends_generator_knowledge_and_logs_its_loss():
     config = setup()
     strategy = FedD2PStrategy(config, CLASSES, class_names=[f"c{i}" for i in range(CLASSES)])
-    strategy._global = strategy.initial_arrays()
+    strategy.global_arrays = strategy.initial_arrays()
     soft = np.full((CLASSES, CLASSES), 0.1, np.float32)
     update = ClientUpdate("a", [soft, np.ones(CLASSES, np.int64)], 5, {}, 0)
     knowledge, present = strategy.aggregate_updates(1, [update])

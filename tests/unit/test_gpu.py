@@ -23,7 +23,8 @@ from fedapp.errors import ConfigError
 from fedapp.launch import check_client_resources, federation_overrides
 from fedapp.models import TINY_CLIP, TINY_VIT, LoadedClip, load_open_clip
 from fedapp.models.clip import _load_cached, register_tiny_configs
-from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_logits, encode_images
+from fedapp.models.image_features import encode_images
+from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_logits
 from fedapp.models.vpt import PromptedViT, VisualPrompts, vision_tower_shape
 from fedapp.state import MemoryStateStore
 from fedapp.training import select_device

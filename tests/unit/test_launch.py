@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import runpy
+import sys
+
 import pytest
 
 from fedapp.errors import ConfigError, FedAppError
@@ -39,3 +42,21 @@ def test_bad_config_fails_before_any_process_starts(tmp_path):
     with pytest.raises(ConfigError, match=r"'alpha' = -1\.0"):
         run({"alpha": -1.0}, flwr_home=tmp_path / "home")
     assert not (tmp_path / "home").exists()
+
+
+def test_python_dash_m_runs_the_launcher_command_line(tmp_path, monkeypatch, capsys):
+    """``python -m fedapp.launch`` runs the package's ``__main__``: the same flags, the same exit codes."""
+    monkeypatch.setattr(sys, "argv", ["fedapp.launch", "--help"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("fedapp.launch", run_name="__main__")
+    assert exited.value.code == 0
+    usage = capsys.readouterr().out
+    assert usage.startswith("usage: python -m fedapp.launch")
+    for flag in ("--preset", "--run-config", "--num-clients", "--cpus-per-client", "--gpus-per-client", "--flwr-home"):
+        assert flag in usage
+    home = tmp_path / "home"
+    monkeypatch.setattr(sys, "argv", ["fedapp.launch", "--run-config", "alpha=-1.0", "--flwr-home", str(home)])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("fedapp.launch", run_name="__main__")
+    assert exited.value.code == 2 and "error: " in capsys.readouterr().err
+    assert not home.exists()

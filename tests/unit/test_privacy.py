@@ -199,6 +199,22 @@ def test_noise_has_std_sigma_c_over_m_and_becomes_the_global_state():
     assert all(np.array_equal(a, b) for a, b in zip(strategy.global_arrays, noised, strict=True))
 
 
+def test_the_strategy_hooks_the_wrappers_use():
+    strategy = _Spy(dp_config(), num_classes=10)
+    wrapper = wrap_for_privacy(strategy, strategy.config)
+    proxies, _, current = start_round(wrapper)
+    assert strategy.clients_fit(1) == 0  # configured, nothing aggregated yet
+    assert strategy.client_name(proxies[1]) == "client node-1"  # full participation: partitions not asked
+    assert strategy.client_name(proxies[1], {"partition_id": 1}) == "client node-1 (partition 1)"
+    wrapper.aggregate_fit(1, [reply(p, shifted(current, i, 0.5)) for i, p in enumerate(proxies[:2])], [])
+    assert strategy.clients_fit(1) == 2 and strategy.clients_fit(2) == 0
+    replaced = [np.full_like(a, 0.25) for a in current]
+    strategy.global_arrays = replaced
+    assert all(np.array_equal(a, b) for a, b in zip(strategy.global_arrays, replaced, strict=True))
+    assert strategy.expected_update() is not None and strategy.expected_update()[0].shape == current[0].shape
+    assert wrapper.global_arrays[0][0, 0] == 0.25  # the wrapper reads through to the strategy
+
+
 # ----- accountant ---------------------------------------------------------------------
 
 

@@ -8,14 +8,9 @@ import torch
 
 from fedapp.errors import DataError, ModelError
 from fedapp.models import TINY_CLIP, LoadedClip
-from fedapp.models.prompt import (
-    ImageFeatureCache,
-    PromptContext,
-    PromptTextEncoder,
-    clip_image_batch,
-    clip_logits,
-    encode_images,
-)
+from fedapp.models.image_features import ImageFeatureCache, clip_image_batch, encode_images
+from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_logits
+from fedapp.models.text_tower import text_tower
 
 CLASS_NAMES = ("cat", "dog", "sea lion", "hot air balloon")
 
@@ -105,6 +100,30 @@ def test_bad_construction(clip: LoadedClip) -> None:
         PromptTextEncoder(clip, [])
     with pytest.raises(ModelError, match="placeholder"):
         PromptTextEncoder(clip, ["cat"], template="a photo.")
+
+
+def test_text_tower_is_found_on_clip_and_refused_where_encode_text_cannot_be_reproduced(clip: LoadedClip) -> None:
+    tower, pool_type, _ = text_tower(clip.model)
+    assert tower is clip.model and pool_type == clip.model.text_pool_type
+    with pytest.raises(ModelError, match="no open_clip token-embedding text tower"):
+        text_tower(torch.nn.Linear(2, 2))
+
+    class CustomText(torch.nn.Module):  # CustomTextCLIP keeps its TextTransformer in .text
+        def __init__(self, **tower: object) -> None:
+            super().__init__()
+            self.text = torch.nn.Module()
+            self.text.token_embedding = torch.nn.Embedding(4, 2)
+            for name, value in {"pool_type": "argmax", **tower}.items():
+                setattr(self.text, name, value)
+
+    custom = CustomText(eos_id=3)
+    assert text_tower(custom) == (custom.text, "argmax", 3)
+    with pytest.raises(ModelError, match="class token or padding mask"):
+        text_tower(CustomText(use_pad_mask=True))
+    with pytest.raises(ModelError, match="pool type 'mean' is not supported"):
+        text_tower(CustomText(pool_type="mean"))
+    with pytest.raises(ModelError, match="needs the model's EOS token id"):
+        text_tower(CustomText(pool_type="eos"))
 
 
 def test_prompt_context_init() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedapp.catalog import CATALOG, MethodSpec
 from fedapp.clientdata import load_client_data, load_dataset
 from fedapp.config import MAX_SYNTHETIC_DOMAINS, METHODS, held_out_partitions, resolve_run_config
 from fedapp.data import partition_indices
@@ -17,17 +18,23 @@ from fedapp.data.domains import SYNTHETIC_DOMAINS
 from fedapp.errors import ConfigError, DataError
 from fedapp.server_app import build_strategy
 
+
 # Small settings per family, so each method's run takes seconds.
-METHOD_SETTINGS = {
-    **{m: {"model": "cnn-5"} for m in ("fedavg", "standalone")},
-    **{m: {"client-models": "cnn-4,cnn-5"} for m in ("pfedlora", "lg-fedavg", "fedproto", "fd", "fml", "fedkd")},
-    **{m: {"prompt-length": 2} for m in ("coop-local", "promptfl", "sdfed")},
-    **{
-        m: {"clip-model": "fedapp-tiny-vit", "prompt-length": 2}
-        for m in ("head-fedavg", "local-vpt", "fedvpt", "fedvpt-d", "pep-fedpt")
-    },
-    **{m: {"client-models": "vgg-2,vgg-3", "d2p-steps": 3} for m in ("fedd2p", "fedd2p-agg", "fedd2p-gt")},
-}
+def protocol_settings(spec: MethodSpec) -> dict:
+    """Small settings that run ``spec``'s method through a protocol in seconds, from its catalog facts."""
+    if spec.backbone == "clip-text":
+        return {"prompt-length": 2}
+    if spec.backbone == "clip-vision":
+        return {"clip-model": "fedapp-tiny-vit", "prompt-length": 2}
+    if "fedd2p" in (spec.name, spec.variant_of):
+        return {"client-models": "vgg-2,vgg-3", "d2p-steps": 3}
+    if spec.mixed_models:
+        return {"client-models": "cnn-4,cnn-5"}
+    return {"model": "cnn-5"}
+
+
+METHOD_SETTINGS = {name: protocol_settings(spec) for name, spec in CATALOG.items()}
+
 # Three synthetic domains, two clients each; domain 2 (colour-shift) is left out, and
 # a fifth of the clients is held out on top (the union never trains).
 DOMAIN_PROTOCOL = {
@@ -46,6 +53,8 @@ DOMAIN_PROTOCOL = {
 
 def test_every_method_has_protocol_settings():
     assert set(METHOD_SETTINGS) == set(METHODS)
+    for method, settings in METHOD_SETTINGS.items():
+        resolve_run_config({"method": method, **DOMAIN_PROTOCOL, **settings})  # valid as they stand
     assert len(SYNTHETIC_DOMAINS) == MAX_SYNTHETIC_DOMAINS
 
 

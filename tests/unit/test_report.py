@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -342,6 +343,17 @@ def test_cli_expands_a_results_folder_and_skips_the_figure_on_request(runs, tmp_
     assert list(table(capsys.readouterr().out, "run")) == ["a-heldout", "b-base-to-novel", "c-local-note"]
     assert (tmp_path / "report.md").is_file()
     assert not (tmp_path / "report.png").exists()
+
+
+def test_python_dash_m_runs_the_same_command_line(runs, tmp_path, capsys, monkeypatch):
+    """``python -m fedapp.report`` runs the package's ``__main__``, which is ``fedapp-report``."""
+    out = tmp_path / "m.md"
+    monkeypatch.setattr(sys, "argv", ["fedapp.report", str(runs["held"].parent), "--out", str(out), "--figure", ""])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("fedapp.report", run_name="__main__")
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == out.read_text()
+    assert list(table(out.read_text(), "run")) == ["a-heldout", "b-base-to-novel", "c-local-note"]
 
 
 def _bad_folders(tmp_path: Path) -> list[tuple[Path, str]]:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 
 from fedapp.errors import ConfigError, ModelError
+from fedapp.methods import local_prompt_lengths, sdfed
+from fedapp.methods.local_prompt_lengths import parse_local_lengths, sample_local_lengths
 from fedapp.methods.sdfed import (
     SDFedWeights,
     build_projector,
-    parse_local_lengths,
     refine,
     retention_loss,
-    sample_local_lengths,
     sdfed_logits,
     sdfed_loss,
     separation_loss,
@@ -20,7 +23,7 @@ from fedapp.methods.sdfed import (
     top_right_singular_vectors,
 )
 from fedapp.models import LoadedClip
-from fedapp.models.prompt import PromptContext, PromptTextEncoder, clip_logits
+from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_logits
 
 CLASS_NAMES = ("cat", "dog", "bird")
 
@@ -178,3 +181,12 @@ def test_parse_local_lengths() -> None:
     for bad in ("", "abc", "4;8", "0", "4,0", "random:9-4", "random:4", "-3"):
         with pytest.raises(ConfigError, match="local prompt lengths"):
             parse_local_lengths(bad, 4, seed=0)
+
+
+def test_local_lengths_stay_importable_from_sdfed_and_need_no_torch() -> None:
+    assert sdfed.parse_local_lengths is parse_local_lengths and sdfed.sample_local_lengths is sample_local_lengths
+    # The config check parses the lengths; the module itself imports no torch.
+    tree = ast.parse(Path(local_prompt_lengths.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported == {"__future__", "re", "numpy", "fedapp.errors"}

@@ -160,7 +160,7 @@ def test_pep_fedpt_strategy_averages_the_learner_and_smooths_prototypes():
     config = setup("pep-fedpt", **{"prototype-momentum": 0.25})
     strategy = PEPFedPTStrategy(config, CLASSES)
     start = strategy.initial_arrays()
-    strategy._global = start
+    strategy.global_arrays = start
     k = len(start) - 2
 
     def upload(value: float, counts: list[int]) -> list[np.ndarray]:
@@ -179,7 +179,7 @@ def test_pep_fedpt_strategy_averages_the_learner_and_smooths_prototypes():
     np.testing.assert_allclose(first[k][0], 1.0)
     np.testing.assert_allclose(first[k][1], 4.0)
     assert first[k + 1].tolist() == [1, 1] + [0] * 8
-    strategy._global = first
+    strategy.global_arrays = first
     second = strategy.aggregate_updates(2, [ClientUpdate("a", upload(9.0, [5] + [0] * 9), 10, {}, 0)])
     np.testing.assert_allclose(second[k][0], 0.25 * 1.0 + 0.75 * 9.0)
     np.testing.assert_allclose(second[k][1], 4.0)  # absent this round
@@ -216,7 +216,7 @@ def test_a_client_of_another_partition_evaluates_with_the_global_state_and_its_o
     start = PEPFedPTStrategy(config, CLASSES).initial_arrays()
     trained, _, _ = make_client(PEPFedPTClient, config, 0).fit(start, {"server-round": 1})
     strategy = PEPFedPTStrategy(config, CLASSES)
-    strategy._global = start
+    strategy.global_arrays = start
     strategy.initial_arrays()
     merged = strategy.aggregate_updates(1, [ClientUpdate("a", trained, 10, {}, 0)])
     unseen = make_client(PEPFedPTClient, config, 3)

@@ -6,67 +6,39 @@ Shared by CoOp-local, PromptFL and SDFed:
   text tower, reproducing ``CLIP.encode_text`` on token embeddings;
 * :class:`PromptContext` holds the learnable ``(length, width)`` context;
 * :func:`clip_logits` turns normalised features into CLIP logits;
-* :func:`encode_images` and :class:`ImageFeatureCache` compute the frozen image
-  features once, since the image tower never changes during prompt learning.
+* :func:`class_phrase` reads a class folder name as text.
 
-Nothing here imports Flower.
+The frozen image side is in :mod:`fedapp.models.image_features`. Nothing here
+imports Flower.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedapp.errors import DataError, ModelError
+from fedapp.errors import ModelError
 from fedapp.models.clip import LoadedClip
+from fedapp.models.text_tower import text_tower
 
 __all__ = [
     "DEFAULT_TEMPLATE",
-    "ImageFeatureCache",
     "PromptContext",
     "PromptTextEncoder",
-    "clip_image_batch",
+    "class_phrase",
     "clip_logits",
-    "encode_images",
 ]
 
 DEFAULT_TEMPLATE = "{name}."
 """Text that follows the learned context for each class (CoOp's suffix)."""
 
-_POOL_TYPES = ("argmax", "eos", "first", "last")
-_OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
-_OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
-
 
 def class_phrase(name: str) -> str:
     """A class folder name as text for a caption or prompt (``"pickup_truck"`` -> ``"pickup truck"``)."""
     return name.replace("_", " ")
-
-
-def _text_tower(model: nn.Module) -> tuple[nn.Module, str, int | None]:
-    """Return the module holding the text tower, its pool type and EOS id.
-
-    ``CLIP`` keeps the tower's parts on itself; ``CustomTextCLIP`` keeps an
-    open_clip ``TextTransformer`` in ``.text``.
-    """
-    if isinstance(getattr(model, "token_embedding", None), nn.Embedding):
-        return model, str(model.text_pool_type), getattr(model, "text_eos_id", None)
-    text = getattr(model, "text", None)
-    if text is None or not isinstance(getattr(text, "token_embedding", None), nn.Embedding):
-        raise ModelError(
-            f"{type(model).__name__} has no open_clip token-embedding text tower "
-            "(e.g. a Hugging Face text encoder); prompt learning needs one"
-        )
-    # The CoCa class token and bidirectional pad masks change which positions see which;
-    # reproducing them on free-form embeddings is not supported.
-    if getattr(text, "cls_emb", None) is not None or getattr(text, "use_pad_mask", False):
-        raise ModelError("text towers with a class token or padding mask are not supported for prompt learning")
-    return text, str(text.pool_type), getattr(text, "eos_id", None)
 
 
 class PromptTextEncoder(nn.Module):
@@ -106,11 +78,7 @@ class PromptTextEncoder(nn.Module):
             raise ModelError("class_names must be a non-empty sequence of strings")
         if "{name}" not in template:
             raise ModelError(f"prompt template {template!r} has no {{name}} placeholder")
-        tower, pool_type, eos_id = _text_tower(clip.model)
-        if pool_type not in _POOL_TYPES:
-            raise ModelError(f"text pool type {pool_type!r} is not supported; expected one of {_POOL_TYPES}")
-        if pool_type == "eos" and eos_id is None:
-            raise ModelError("text pool type 'eos' needs the model's EOS token id, which it does not define")
+        tower, pool_type, eos_id = text_tower(clip.model)
         self._pool_type = pool_type
         self._eos_id = eos_id
         self._class_names = tuple(str(name) for name in class_names)
@@ -404,181 +372,3 @@ def clip_logits(image_features: Tensor, text_features: Tensor, logit_scale: Tens
     """
     scale = torch.as_tensor(logit_scale, device=image_features.device).exp()
     return scale * image_features @ text_features.to(image_features.dtype).T
-
-
-# ------------------------------------------------------------------ images
-def _image_size(clip: LoadedClip) -> tuple[int, int]:
-    size: Any = getattr(clip.model.visual, "image_size", None)
-    if size is None:
-        size = getattr(clip.model.visual, "preprocess_cfg", {}).get("size")
-    if size is None:
-        raise ModelError(f"cannot tell the input image size of {clip.model_name}")
-    if isinstance(size, int):
-        return size, size
-    height, width = size
-    return int(height), int(width)
-
-
-def _mean_std(clip: LoadedClip) -> tuple[Sequence[float], Sequence[float]]:
-    cfg = getattr(clip.model.visual, "preprocess_cfg", None) or {}
-    return cfg.get("mean", _OPENAI_MEAN), cfg.get("std", _OPENAI_STD)
-
-
-def _check_images(images_uint8: np.ndarray) -> np.ndarray:
-    array = np.asarray(images_uint8)
-    if array.dtype != np.uint8 or array.ndim != 4 or array.shape[-1] != 3:
-        raise DataError(f"expected uint8 images of shape (N, H, W, 3), got dtype {array.dtype} and shape {array.shape}")
-    return array
-
-
-def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip, *, resize: bool = True) -> Tensor:
-    """Turn ``uint8`` images into the model's normalised input.
-
-    Images are resized (bilinear, no crop) to the model's image size and
-    normalised with its preprocess mean/std (OpenAI's by default). With
-    ``resize=False`` they keep their size (a model that resizes per batch
-    then holds small tensors; resizing and this per-channel normalisation commute).
-
-    Parameters
-    ----------
-    images_uint8 : np.ndarray
-        ``(N, H, W, 3)`` ``uint8`` images.
-    clip : LoadedClip
-        The model whose input size and statistics to use.
-
-    Returns
-    -------
-    Tensor
-        ``(N, 3, S_h, S_w)`` float32 on the CPU.
-
-    Raises
-    ------
-    DataError
-        If the array is not ``uint8`` of shape ``(N, H, W, 3)``.
-    """
-    array = _check_images(images_uint8)
-    x = torch.from_numpy(np.ascontiguousarray(array)).permute(0, 3, 1, 2).float().div_(255.0)
-    size = _image_size(clip)
-    if resize and tuple(x.shape[-2:]) != size and x.shape[0] > 0:
-        # Antialias when shrinking, as PIL does in open_clip's own transform.
-        shrink = size[0] < x.shape[-2] or size[1] < x.shape[-1]
-        x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink)
-    mean, std = _mean_std(clip)
-    mean_t = torch.tensor(mean, dtype=x.dtype).view(1, 3, 1, 1)
-    std_t = torch.tensor(std, dtype=x.dtype).view(1, 3, 1, 1)
-    return (x - mean_t) / std_t
-
-
-@torch.no_grad()
-def encode_images(
-    clip: LoadedClip,
-    images_uint8: np.ndarray,
-    *,
-    batch_size: int = 256,
-    device: str | torch.device | None = None,
-) -> Tensor:
-    """Encode images with the frozen image tower, in batches.
-
-    The tower runs in the model's precision (inputs are cast to
-    :attr:`LoadedClip.compute_dtype`); the features come back as float32.
-
-    Parameters
-    ----------
-    clip : LoadedClip
-        The frozen model.
-    images_uint8 : np.ndarray
-        ``(N, H, W, 3)`` ``uint8`` images.
-    batch_size : int, default 256
-        Images preprocessed and encoded at a time (bounds memory).
-    device : str or torch.device, optional
-        Where to run; default the model's own device (the model is shared and
-        is not moved, so pass the device it was loaded on).
-
-    Returns
-    -------
-    Tensor
-        ``(N, embed_dim)`` float32, L2-normalised, on ``device``.
-    """
-    if batch_size < 1:
-        raise DataError(f"batch_size must be positive; got {batch_size}")
-    images = _check_images(images_uint8)
-    param = next(clip.model.visual.parameters())
-    target = torch.device(device) if device is not None else param.device
-    chunks = []
-    for start in range(0, len(images), batch_size):
-        x = clip_image_batch(images[start : start + batch_size], clip)
-        # Not param.dtype: a ViT's first parameter (class_embedding) stays float32 under fp16/bf16.
-        features = clip.model.encode_image(x.to(device=target, dtype=clip.compute_dtype))
-        chunks.append(F.normalize(features.float(), dim=-1))
-    if not chunks:
-        return torch.empty(0, clip.embed_dim, device=target)
-    return torch.cat(chunks)
-
-
-class ImageFeatureCache:
-    """Per-process store of frozen image features, encoded once per key.
-
-    The image tower is frozen, so a client's features never change between
-    epochs or rounds; methods fetch them from here instead of re-encoding.
-
-    Attributes
-    ----------
-    encode_count : int
-        How many times images were actually encoded (cache misses).
-    """
-
-    def __init__(self) -> None:
-        self._store: dict[Hashable, Tensor] = {}
-        self.encode_count = 0
-
-    def get_or_encode(
-        self,
-        key: Hashable,
-        clip: LoadedClip,
-        images_uint8: np.ndarray,
-        *,
-        batch_size: int = 256,
-        device: str | torch.device | None = None,
-        encode: Callable[[np.ndarray], Tensor] | None = None,
-    ) -> Tensor:
-        """Return the features cached under ``key``, encoding them on first use.
-
-        Parameters
-        ----------
-        key : Hashable
-            Identifies model and images, e.g. ``(model_name, pretrained,
-            partition, split)``; the caller must make it unique per image set.
-        clip : LoadedClip
-            The frozen model.
-        images_uint8 : np.ndarray
-            ``(N, H, W, 3)`` ``uint8`` images (read only on a miss).
-        batch_size : int, default 256
-            Passed to :func:`encode_images`.
-        device : str or torch.device, optional
-            Passed to :func:`encode_images`.
-        encode : callable, optional
-            Replaces :func:`encode_images` (e.g. pre-projection ViT features):
-            maps the images to their features.
-
-        Returns
-        -------
-        Tensor
-            ``(N, embed_dim)`` normalised features (or ``encode``'s); shared, do not modify in place.
-        """
-        if key not in self._store:
-            if encode is not None:
-                self._store[key] = encode(images_uint8)
-            else:
-                self._store[key] = encode_images(clip, images_uint8, batch_size=batch_size, device=device)
-            self.encode_count += 1
-        return self._store[key]
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._store
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-    def clear(self) -> None:
-        """Drop every cached tensor (the encode count is kept)."""
-        self._store.clear()

@@ -1,0 +1,29 @@
+"""FedPer client: the federation's base layers under this client's own head."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from clients.base import FedAppClient
+from fedapp.aggregation import Arrays
+from fedapp.methods.fedper import BaseLayers
+from fedapp.params import get_arrays, set_arrays
+
+
+class FedPerClient(FedAppClient):
+    """Loads the global base layers into its personal model, trains all of it, uploads the base."""
+
+    def _model(self, base_arrays: Arrays) -> nn.Module:
+        model = self.load_personal_model()
+        set_arrays(BaseLayers(model), base_arrays)
+        return model
+
+    def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
+        model = self._model(parameters)
+        result = self.train_model(model, int(config["server-round"]))
+        self.save_personal_model(model)
+        return get_arrays(BaseLayers(model)), result.num_examples, self.fit_metrics(result, self.model_step_flops())
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        result = self.test_model(self._model(parameters))
+        return result.loss, result.num_examples, self.eval_metrics(result)

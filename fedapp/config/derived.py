@@ -1,0 +1,68 @@
+"""Values derived from a run configuration that clients, data and the rules all need.
+
+The models cycled over clients, the partitions that never train, the domain a
+partition holds and each client's train/val/test shares: each is computed here
+once, from the configuration alone, so that the server and every client agree
+without talking.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fedapp.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedapp.config.run_config import RunConfig
+
+
+def client_model_names(config: RunConfig) -> tuple[str, ...]:
+    """The models cycled over clients: ``client-models`` if set, else ``(model,)``."""
+    listed = tuple(name.strip() for name in config.client_models.split(",") if name.strip())
+    return listed or (config.model,)
+
+
+def client_clip_model_names(config: RunConfig) -> tuple[str, ...]:
+    """The open_clip backbones cycled over clients: ``client-clip-models`` if set, else ``(clip-model,)``."""
+    listed = tuple(name.strip() for name in config.client_clip_models.split(",") if name.strip())
+    return listed or (config.clip_model,)
+
+
+def held_out_partitions(config: RunConfig) -> frozenset[int]:
+    """Partitions that never train: ``round(held-out-fraction * num-partitions)`` of
+    them, drawn from the seed alone so server and clients agree without talking,
+    and every client of ``held-out-domain`` (leave-one-domain-out)."""
+    total = config.num_partitions
+    held: set[int] = set()
+    count = round(config.held_out_fraction * total)
+    if count:
+        rng = np.random.default_rng([config.seed, 0x4E1D])
+        held.update(int(i) for i in rng.choice(total, size=count, replace=False))
+    domain = config.held_out_domain
+    if domain >= 0:
+        held.update(p for p in range(total) if domain_of_partition(config, p) == domain)
+    return frozenset(held)
+
+
+def domain_of_partition(config: RunConfig, partition: int) -> int | None:
+    """The domain whose data partition ``partition`` holds (``partition = domain``), else None."""
+    if config.partition != "domain":
+        return None
+    return partition // config.clients_per_domain
+
+
+def parse_local_split(text: str) -> tuple[float, float, float]:
+    """``"0.75,0,0.25"`` -> ``(0.75, 0.0, 0.25)``: three shares in [0, 1] summing to 1, train above 0."""
+    items = [item.strip() for item in str(text).split(",")]
+    try:
+        shares = tuple(float(item) for item in items)
+    except ValueError:
+        shares = ()
+    if len(shares) != 3 or not all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in shares):
+        raise ConfigError(f"config key 'local-split' = {text!r} must be three shares train,val,test (e.g. 0.8,0.1,0.1)")
+    if abs(sum(shares) - 1.0) > 1e-6 or shares[0] <= 0.0:
+        raise ConfigError(f"config key 'local-split' = {text!r} must sum to 1 with a positive train share")
+    return shares  # type: ignore[return-value]

@@ -1,0 +1,364 @@
+"""The configuration reference (docs/configuration.md), generated from the schema.
+
+Each key's type, default, allowed values and help come from its
+:class:`~fedapp.config.schema.Settings` field; this module adds only what the
+fields cannot say: the page's introduction, how the keys are grouped
+(:data:`GROUPS`, which must name every key exactly once) and a few notes per
+group. ``python -m fedapp.config.reference`` prints the page and ``--write PATH``
+writes it; a unit test keeps docs/configuration.md equal to this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedapp.config.schema import SCHEMA, Key, Scalar
+
+# Keys whose values a cross-key rule checks against the model zoo (not a choice in the schema).
+ZOO_KEYS = ("model", "shared-model", "client-models")
+
+COMMAND = "python -m fedapp.config.reference --write docs/configuration.md"
+"""What regenerates the committed page after a schema change."""
+
+
+def _keys(names: str) -> tuple[str, ...]:
+    """``"lr momentum"`` -> ``("lr", "momentum")``: a group's keys, written compactly."""
+    return tuple(names.split())
+
+
+@dataclass(frozen=True)
+class Group:
+    """A section of the reference: a heading, notes in Markdown and a table of keys (if any)."""
+
+    title: str
+    keys: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    level: int = 2
+
+
+INTRO = (
+    "Every key a run accepts is declared once, with its type, default and allowed range, as a field of "
+    "`Settings` in `fedapp/config/schema.py`. This page is generated from those fields "
+    f"(`{COMMAND}`; a unit test fails while it is out of date), so edit the fields, not the page.",
+    "A run's configuration is set in three layers, each over the one before:",
+    "1. **Defaults**: `pyproject.toml` declares every key at its default under `[tool.flwr.app.config]` "
+    "(a test keeps that table equal to the schema).\n"
+    '2. **A YAML preset**: `preset="conf/<name>.yaml"` names a file of `key: value` pairs (a relative path is '
+    "looked up from the working directory, then from the app's root; a preset may not name another preset). "
+    "`python -m fedapp.launch --preset conf/<name>.yaml` does the same.\n"
+    "3. **Explicit overrides**: `--run-config 'key=value ...'` (TOML values: strings in double quotes), "
+    "e.g. `--run-config 'method=\"standalone\" num-rounds=5'`.",
+    "Inside Flower an override is recognised as a value that differs from the default, so "
+    "`flwr run --run-config 'preset=... lr=0.05'` cannot restore the default `lr` over a preset that changes it; "
+    "`python -m fedapp.launch` applies the preset before submitting the run, so there every explicit value wins.",
+    "The whole configuration is validated before any data is loaded: an unknown key, a wrong type, an "
+    "out-of-range value, an unknown method, dataset or model, contradictory settings (the cross-key rules in "
+    "`fedapp/config/rules.py`) or a missing path stops the run with one message that names the key and the "
+    "value, e.g. `config key 'alpha' = -1.0 must be > 0.0`. In code a validated configuration is a "
+    "`fedapp.config.RunConfig`, with one typed attribute per key: `num-rounds` is `config.num_rounds`.",
+    "In the tables, *default* is the value as `pyproject.toml` writes it and *allowed* is what a key accepts "
+    "on its own; each section's notes name the main rules that tie its keys to others.",
+)
+
+GROUPS: tuple[Group, ...] = (
+    Group(
+        "Run and data",
+        _keys(
+            "preset method seed dataset data-dir test-data-dir hf-name download image-size local-split "
+            "reserve-pretrain reserve-test reserve-seed shots-per-class"
+        ),
+        (
+            "`method` picks one of the methods, each with its page under *Methods*. `dataset`: `digits` is "
+            "offline, bundled with scikit-learn; `imagefolder` reads a folder or `.tar.gz` with a subfolder per "
+            "class (`data-dir`); `domains` a folder or `.tar.gz` with one ImageFolder subfolder per domain; "
+            "`cifar10` and `cifar100` a torchvision root (`download = true` lets torchvision fetch it); `hf` a "
+            "Hugging Face dataset loaded through flwr-datasets (needs network).",
+            "`test-data-dir` is an external test split: each client's test set is drawn from it with the client's "
+            "label distribution. `reserve-pretrain` and `reserve-test` carve the source per class, seeded by "
+            "`reserve-seed` only: a share the run never loads (kept for pretraining a backbone, see "
+            "`benchmarks/pretrain_clip.py`) and a share that is the clients' test pool (used like "
+            "`test-data-dir`, so set only one of the two); the clients partition the rest. "
+            "`shots-per-class = 16` is the [few-shot](protocols.md#few-shot) protocol.",
+        ),
+    ),
+    Group(
+        "Partitioning",
+        _keys(
+            "num-partitions partition alpha classes-per-client shards-per-client clients-per-domain synthetic-domains"
+        ),
+        (
+            "`num-partitions` is the number of clients when the node config does not say (a simulation sets it). "
+            "`partition`: `iid`; `dirichlet` by `alpha`; `pathological` with `classes-per-client`; `shard` with "
+            "`shards-per-client`; `domain` gives each domain to `clients-per-domain` clients, which split it by "
+            "Dirichlet with `alpha` (see [Multi-domain clients](protocols.md#multi-domain-clients)).",
+            "`synthetic-domains` turns any dataset into k = 2..6 deterministic domains (`grayscale`, `blur`, "
+            "`colour-shift`, `rotation`, `noise`, `inverted`, in that order); with `partition = domain`, "
+            "`num-partitions` must then be k × `clients-per-domain`.",
+        ),
+    ),
+    Group(
+        "Rounds and local training",
+        _keys(
+            "num-rounds fraction-fit fraction-evaluate min-clients local-epochs batch-size lr momentum "
+            "weight-decay device"
+        ),
+        (
+            "`min-clients` may not exceed `num-partitions`. `device = auto` trains on `cuda` when torch sees a "
+            "GPU, else on the CPU, with one log line per process saying which (see [GPUs](getting-started.md#gpus)).",
+        ),
+    ),
+    Group(
+        "Models",
+        _keys("model client-models shared-model clip-model client-clip-models pretrained precision"),
+        (
+            "The CNN methods build `model` from the zoo; `client-models` cycles a list over the clients (client k "
+            "gets entry k mod its length; `cnn-1,cnn-2,cnn-3,cnn-4,cnn-5` is pFedLoRA's heterogeneous setting), "
+            "which only the methods that do not average whole models accept.",
+            "The CLIP methods load `clip-model` with open_clip (one per client: `client-clip-models`), from "
+            "`pretrained` (an open_clip tag or a local checkpoint), their frozen encoders in `precision` (see "
+            "[GPUs](getting-started.md#gpus)).",
+        ),
+    ),
+    Group(
+        "Per-method hyperparameters",
+        (),
+        ("Each method reads its own keys and leaves the others' alone; its page says what each one does.",),
+    ),
+    Group(
+        "Prompt methods",
+        _keys("prompt-length"),
+        (
+            "The shared prompt's length, for the text- and the visual-prompt methods alike. A text prompt that "
+            "does not fit the model's text context (start, prompt, class name, end) is refused.",
+        ),
+        level=3,
+    ),
+    Group(
+        "pFedLoRA",
+        _keys("adapter-kind adapter-hidden mu"),
+        ("See [pFedLoRA](methods/pfedlora.md).",),
+        level=3,
+    ),
+    Group(
+        "FedProto, FD, FML and FedKD",
+        _keys("proto-weight kd-weight kd-temperature fml-alpha fml-beta"),
+        (
+            "See [FedProto](methods/fedproto.md), [FD](methods/fd.md), [FML](methods/fml.md) and "
+            "[FedKD](methods/fedkd.md); the shared small model of FML and FedKD is `shared-model`.",
+        ),
+        level=3,
+    ),
+    Group(
+        "SDFed",
+        _keys("local-prompt-lengths sdfed-lambda sdfed-gamma sdfed-alpha sdfed-beta projector-mode"),
+        (
+            "See [SDFed](methods/sdfed.md). `local-prompt-lengths` is one number, a comma list cycled over "
+            "clients, or a seeded draw `random:A-B`; the paper's `random:4-64` needs a 77-token model such as "
+            "ViT-B-16 (`conf/sdfed-vitb16.yaml`).",
+        ),
+        level=3,
+    ),
+    Group(
+        "PEP-FedPT",
+        _keys("class-prompt-layers class-prompt-length ccmp-temperature prototype-momentum"),
+        (
+            "See [PEP-FedPT](methods/pep-fedpt.md). Its class-prompt layers must lie within the vision tower's "
+            "blocks, from 2; its shared prompt's length is `prompt-length`.",
+        ),
+        level=3,
+    ),
+    Group(
+        "FedD2P",
+        _keys("warmup-epochs d2p-tau1 d2p-tau2 d2p-steps d2p-lr d2p-prompt-tokens d2p-template d2p-generator"),
+        ("See [FedD2P](methods/fedd2p.md). An empty `d2p-template` takes the dataset's own template.",),
+        level=3,
+    ),
+    Group(
+        "Evaluation protocols",
+        _keys("held-out-fraction held-out-domain base-to-novel target-accuracy"),
+        (
+            "Held-out clients are drawn from `seed`; methods whose global state can serve a new client evaluate "
+            "them each round (`held_out_acc_mean` in the metrics), and the rest must still number at least "
+            "`min-clients` (see [Held-out clients](protocols.md#held-out-clients-and-leave-one-domain-out)). "
+            "`base-to-novel` needs a method that can name classes it never saw (the text-prompt methods; see "
+            "[Base-to-novel classes](protocols.md#base-to-novel-classes)). `target-accuracy` sets the "
+            "rounds- and MB-to-target columns of the summary.",
+        ),
+    ),
+    Group(
+        "Reliability and robust aggregation",
+        _keys("round-timeout resume traceback aggregation trim-fraction byzantine-clients update-norm-bound"),
+        (
+            "A client that does not answer within `round-timeout` counts as failed (see "
+            "[Failing clients](reliability.md#failing-clients)); `resume` continues the run in "
+            "`results-dir/run-name` from its checkpoint (see "
+            "[Resuming a stopped run](reliability.md#resuming-a-stopped-run)). Without `traceback` each error is "
+            "one line (`error: ...`, or the client's own message in the round's *left out* line).",
+            "A robust `aggregation` rule applies to the methods that average a shared model, needs each client's "
+            "update (so not with `secagg`) and enough updates a round for `byzantine-clients`; `trim-fraction` "
+            "must be below 0.5 (see [Robust aggregation](reliability.md#robust-aggregation)).",
+        ),
+    ),
+    Group(
+        "Privacy",
+        _keys(
+            "dp dp-noise-multiplier dp-clipping-norm dp-delta secagg secagg-num-shares "
+            "secagg-reconstruction-threshold secagg-clipping-range secagg-quantization-range secagg-max-weight"
+        ),
+        (
+            "Both apply to the methods whose server averages parameters, and not yet together (see "
+            "[Differential privacy](privacy.md#differential-privacy) and "
+            "[Secure aggregation](privacy.md#secure-aggregation-secagg)). `dp-delta` must be below 1; "
+            "SecAgg+ needs `min-clients` ≥ 2, whole share counts above 1, and `secagg-quantization-range` × "
+            "`num-partitions` below the modulus 2³².",
+        ),
+    ),
+    Group(
+        "Paths and state",
+        _keys("results-dir run-name cache-dir state state-dir"),
+        (
+            "A run writes its folder `results-dir/run-name`; a run name is one folder name (no `/`, `\\` or "
+            "`..`), and an empty one is derived from the method, dataset, partition, a digest of every setting "
+            "that differs from its default, and the seed, so that runs with different settings never share a "
+            "folder. `cache-dir` defaults to `$FEDAPP_CACHE_DIR` or `~/.cache/fedapp`.",
+            "`state = disk` keeps a simulation's memory flat with many clients and large personal models, and is "
+            "faster: Flower ships a node's context to the worker with every message (see `benchmarks/scale.py`). "
+            "On a SuperNode the node config's `state-dir` and `cache-dir` decide, never the run config's (see "
+            "[Across machines](deployment.md#across-machines-tls-and-authenticated-supernodes)).",
+        ),
+    ),
+)
+
+
+def _number(value: float) -> str:
+    """``1.0`` -> ``1``, ``0.5`` -> ``0.5``: bounds read as plain numbers."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _toml(value: Scalar) -> str:
+    """A default as ``pyproject.toml`` (and ``--run-config``) writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def _cell(text: str) -> str:
+    """Plain text made safe inside a Markdown table cell: no column breaks, tags or emphasis."""
+    for char, escaped in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("*", "\\*"), ("_", "\\_")):
+        text = text.replace(char, escaped)
+    return text
+
+
+def allowed(name: str, key: Key) -> str:
+    """What one key accepts on its own, as Markdown: its choices, its range, or its type's values.
+
+    Parameters
+    ----------
+    name : str
+        The key's config name (``num-rounds``).
+    key : Key
+        Its schema entry.
+
+    Returns
+    -------
+    str
+        E.g. ``"`iid`, `dirichlet`"``, ``"0 < x ≤ 1"``, ``"≥ 1"`` or ``"any text"``.
+    """
+    if key.choices is not None:
+        return ", ".join(f"`{choice}`" for choice in key.choices)
+    if key.type is bool:
+        return "`true`, `false`"
+    if name in ZOO_KEYS:
+        from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - torch only for this page
+
+        names = ", ".join(f"`{model}`" for model in MODEL_NAMES)
+        return f"comma list of: {names}" if name == "client-models" else names
+    low = None if key.low is None else _number(key.low)
+    if low is not None and key.high is not None:
+        return f"{low} {'<' if key.low_open else '≤'} x ≤ {_number(key.high)}"
+    if low is not None:
+        return f"{'>' if key.low_open else '≥'} {low}"
+    if key.high is not None:
+        return f"≤ {_number(key.high)}"
+    return "any text" if key.type is str else "any finite number"
+
+
+def key_row(name: str, key: Key) -> str:
+    """One table row: key, type, default, allowed values and help."""
+    cells = (f"`{name}`", key.type.__name__, f"`{_toml(key.default)}`", allowed(name, key), _cell(key.help))
+    return "| " + " | ".join(cells) + " |"
+
+
+def group_section(group: Group) -> str:
+    """A group's heading, notes and (when it has keys) its table."""
+    parts = ["#" * group.level + " " + group.title, *group.notes]
+    if group.keys:
+        rows = [key_row(name, SCHEMA[name]) for name in group.keys]
+        parts.append("\n".join(["| key | type | default | allowed | help |", "|---|---|---|---|---|", *rows]))
+    return "\n\n".join(parts)
+
+
+def check_groups(groups: tuple[Group, ...] = GROUPS) -> None:
+    """Check that ``groups`` name every schema key exactly once, and nothing else.
+
+    Raises
+    ------
+    ValueError
+        Naming the keys found in two groups, in none, and the names that are not keys.
+    """
+    named = [name for group in groups for name in group.keys]
+    twice = sorted({name for name in named if named.count(name) > 1})
+    missing = [name for name in SCHEMA if name not in named]
+    unknown = sorted(set(named) - set(SCHEMA))
+    if twice or missing or unknown:
+        raise ValueError(
+            f"fedapp.config.reference.GROUPS must name every key once: named twice {twice}, in no group "
+            f"{missing}, not a key {unknown}"
+        )
+
+
+def render() -> str:
+    """The whole reference page.
+
+    Returns
+    -------
+    str
+        Markdown: the introduction, then a section per group, ending in one newline.
+    """
+    check_groups()
+    header = f"<!-- Generated from fedapp/config/schema.py by `{COMMAND}`: edit the schema, not this page. -->"
+    parts = [header, "# Configuration", *INTRO, *(group_section(group) for group in GROUPS)]
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the reference, or write it to ``--write PATH``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The command-line arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
+    parser = argparse.ArgumentParser(prog="python -m fedapp.config.reference", description=__doc__.splitlines()[0])
+    parser.add_argument("--write", metavar="PATH", type=Path, help="write the page here instead of printing it")
+    args = parser.parse_args(argv)
+    page = render()
+    if args.write is None:
+        sys.stdout.write(page)
+    else:
+        args.write.write_text(page, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""Cross-key rules: the checks that tie several keys of a run configuration together.
+
+Each rule takes a :class:`~fedapp.config.run_config.RunConfig` whose keys have
+each been checked alone and raises a ConfigError naming the keys and values that
+contradict each other. :data:`CROSS_RULES` runs them in a fixed order (so a
+configuration with several faults always reports the same one), the rules on how
+uploads are combined (:mod:`fedapp.config.aggregation_rules`) last. A rule that
+needs a model's shape imports the model code only then, so importing the
+configuration stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fedapp.catalog import CATALOG, methods_where
+from fedapp.config.aggregation_rules import UPLOAD_RULES
+from fedapp.config.derived import client_clip_model_names, client_model_names, held_out_partitions, parse_local_split
+from fedapp.config.schema import DATASET_CLASSES, Scalar
+from fedapp.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedapp.config.run_config import RunConfig
+
+
+def _check_classes_per_client(config: RunConfig) -> None:
+    total = DATASET_CLASSES.get(config.dataset)
+    if config.partition == "pathological" and total is not None and config.classes_per_client > total:
+        raise ConfigError(
+            f"config key 'classes-per-client' = {config.classes_per_client} is more than the "
+            f"{total} classes of dataset '{config.dataset}'"
+        )
+
+
+def _check_domains(config: RunConfig) -> None:
+    synthetic = config.synthetic_domains
+    per_domain = config.clients_per_domain
+    if synthetic == 1:
+        raise ConfigError("config key 'synthetic-domains' = 1: use 0 (off) or at least 2 domains")
+    if synthetic and config.dataset == "domains":
+        raise ConfigError(
+            "config key 'synthetic-domains' is set, but dataset 'domains' already has domains (its subfolders)"
+        )
+    if config.test_data_dir and (synthetic or config.partition == "domain"):
+        raise ConfigError(
+            "config key 'test-data-dir' is set, but with domains each client tests on its own domain's data"
+        )
+    if config.partition != "domain":
+        for key, value, unset in (
+            ("clients-per-domain", config.clients_per_domain, 1),
+            ("held-out-domain", config.held_out_domain, -1),
+        ):
+            if value != unset:
+                raise ConfigError(f"config key '{key}' = {value} applies only to partition = domain")
+        return
+    if not synthetic and config.dataset != "domains":
+        raise ConfigError(
+            f"config key 'partition' = 'domain' needs domains: dataset 'domains' (a folder per domain) or "
+            f"'synthetic-domains' >= 2 on dataset {config.dataset!r}"
+        )
+    if synthetic and config.num_partitions != synthetic * per_domain:
+        raise ConfigError(
+            f"config key 'num-partitions' = {config.num_partitions}: partition = domain gives each of the "
+            f"{synthetic} synthetic domains {per_domain} client(s), so num-partitions must be {synthetic * per_domain}"
+        )
+    if synthetic and config.held_out_domain >= synthetic:
+        raise ConfigError(
+            f"config key 'held-out-domain' = {config.held_out_domain} is not a domain index (0..{synthetic - 1})"
+        )
+
+
+def _check_base_to_novel(config: RunConfig) -> None:
+    if config.base_to_novel and not CATALOG[config.method].names_unseen_classes:
+        raise ConfigError(
+            f"config key 'base-to-novel' = true, but method {config.method!r} classifies with a head learned over its "
+            f"training classes and cannot name classes it never saw; base-to-novel runs "
+            f"{', '.join(methods_where(names_unseen_classes=True))}"
+        )
+
+
+def _check_vision_tower(config: RunConfig) -> None:
+    if CATALOG[config.method].backbone == "cnn+server-clip":
+        template = config.d2p_template
+        from fedapp.methods.fedd2p import TEMPLATES  # noqa: PLC0415 - torch only when needed
+
+        if template and template not in TEMPLATES and "{c}" not in template:
+            raise ConfigError(
+                f"config key 'd2p-template' = {template!r} is neither one of {', '.join(TEMPLATES)} "
+                "nor a template containing {c}"
+            )
+        return  # its backbone is the server's alone: checked there, so edge clients never import open_clip
+    if CATALOG[config.method].backbone != "clip-vision":
+        return
+    if config.client_clip_models.strip():
+        raise ConfigError(
+            f"config key 'client-clip-models' = {config.client_clip_models!r}: method '{config.method}' averages "
+            "runs one backbone; set 'clip-model' only"
+        )
+    from fedapp.errors import ModelError  # noqa: PLC0415
+    from fedapp.models.vpt import vision_tower_shape  # noqa: PLC0415 - open_clip only when needed
+
+    try:
+        shape = vision_tower_shape(config.clip_model)
+    except ModelError as err:
+        raise ConfigError(f"config key 'clip-model' = {config.clip_model!r}: {err}") from err
+    if config.method == "pep-fedpt":
+        from fedapp.methods.visual_prompts import parse_class_layers  # noqa: PLC0415
+
+        layers = parse_class_layers(config.class_prompt_layers)
+        bad = [layer for layer in layers if not 2 <= layer <= shape.layers]
+        if bad:
+            raise ConfigError(
+                f"config key 'class-prompt-layers' = {config.class_prompt_layers!r}: layers {bad} are outside "
+                f"2..{shape.layers} (the blocks of {config.clip_model}; layer 1 has no image-dependent CLS to mix on)"
+            )
+
+
+def _check_held_out(config: RunConfig) -> None:
+    held = len(held_out_partitions(config))
+    training = config.num_partitions - held
+    if held and training < config.min_clients:
+        raise ConfigError(
+            f"config key 'held-out-fraction' = {config.held_out_fraction} holds out {held} of "
+            f"{config.num_partitions} clients, leaving {training} to train, fewer than "
+            f"min-clients = {config.min_clients}"
+        )
+
+
+def _check_model(config: RunConfig) -> None:
+    from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps config import light
+
+    for key, value in (("model", config.model), ("shared-model", config.shared_model)):
+        if value not in MODEL_NAMES:
+            raise ConfigError(f"config key '{key}' = {value!r} is not one of: {', '.join(MODEL_NAMES)}")
+    for name in client_model_names(config):
+        if name not in MODEL_NAMES:
+            raise ConfigError(
+                f"config key 'client-models' = {config.client_models!r} names {name!r}, not one of: "
+                f"{', '.join(MODEL_NAMES)}"
+            )
+    mixed = len(set(client_model_names(config))) > 1
+    spec = CATALOG[config.method]
+    if mixed and not spec.mixed_models and spec.backbone != "clip-text":
+        raise ConfigError(
+            f"config key 'client-models' = {config.client_models!r} mixes architectures, but method "
+            f"'{config.method}' averages whole models; use one of: {', '.join(methods_where(mixed_models=True))}"
+        )
+
+
+def _check_data_paths(config: RunConfig) -> None:
+    dataset = config.dataset
+    if dataset == "imagefolder" and not config.data_dir:
+        raise ConfigError("config key 'data-dir' is empty; dataset 'imagefolder' needs a folder or .tar.gz")
+    if dataset == "hf" and not config.hf_name:
+        raise ConfigError("config key 'hf-name' is empty; dataset 'hf' needs a Hugging Face dataset name")
+    if config.test_data_dir and dataset == "digits":
+        raise ConfigError("config key 'test-data-dir' is set, but dataset 'digits' has no separate test split")
+    for key, path in (("data-dir", config.data_dir), ("test-data-dir", config.test_data_dir)):
+        if path and dataset != "hf" and not Path(path).expanduser().exists():
+            if key == "data-dir" and dataset in ("cifar10", "cifar100") and config.download:
+                continue  # torchvision will create and fill it
+            raise ConfigError(f"config key '{key}' = {path!r}: path does not exist")
+
+
+def _check_reserve(config: RunConfig) -> None:
+    parse_local_split(config.local_split)
+    pretrain, test = config.reserve_pretrain, config.reserve_test
+    for key, share in (("reserve-pretrain", pretrain), ("reserve-test", test)):
+        if share >= 1.0:
+            raise ConfigError(f"config key '{key}' = {share!r} must be < 1")
+    if pretrain + test >= 1.0:
+        raise ConfigError(
+            f"config keys 'reserve-pretrain' + 'reserve-test' = {pretrain + test:g} leave no data for the clients"
+        )
+    if test and config.test_data_dir:
+        raise ConfigError(
+            "config keys 'reserve-test' and 'test-data-dir' both name the clients' test pool; set one of them"
+        )
+    if (pretrain or test) and (config.dataset == "domains" or config.synthetic_domains):
+        raise ConfigError("config keys 'reserve-pretrain'/'reserve-test' apply to single-domain sources only")
+
+
+def _check_clients(config: RunConfig) -> None:
+    if config.min_clients > config.num_partitions:
+        raise ConfigError(
+            f"config key 'min-clients' = {config.min_clients} is more than 'num-partitions' = {config.num_partitions}"
+        )
+
+
+def _check_local_prompt_lengths(config: RunConfig) -> None:
+    """Text prompts must fit the text tower: start token, prompt, at least one
+    class-name token and the end token within the model's context length."""
+    if CATALOG[config.method].backbone != "clip-text":
+        return
+    from fedapp.errors import ModelError  # noqa: PLC0415
+    from fedapp.models.clip import text_context_length  # noqa: PLC0415 - open_clip only for CLIP methods
+
+    # (key, its value as set, the prompt length of each client in turn)
+    lengths: list[tuple[str, Scalar, list[int]]] = [("prompt-length", config.prompt_length, [config.prompt_length])]
+    if config.method == "sdfed":
+        from fedapp.methods.local_prompt_lengths import parse_local_lengths  # noqa: PLC0415
+
+        drawn = parse_local_lengths(config.local_prompt_lengths, config.num_partitions, config.seed)
+        lengths.append(("local-prompt-lengths", config.local_prompt_lengths, drawn))
+    models = client_clip_model_names(config)
+    try:
+        rooms = {model: text_context_length(model) - 3 for model in set(models)}
+    except ModelError:
+        return  # an unknown model is reported where it is loaded, with its own message
+    for client in range(config.num_partitions):
+        model = models[client % len(models)]
+        room = rooms[model]
+        for key, value, values in lengths:
+            length = values[client % len(values)]
+            if length > room:
+                raise ConfigError(
+                    f"config key '{key}' = {value!r} gives client {client} a prompt of {length} tokens, but "
+                    f"{model!r} reads {room + 3} text tokens (start, prompt, class name, end): use at most {room}, "
+                    "or a model with a longer context (ViT-B-16: 77)"
+                )
+
+
+def _check_run_name(config: RunConfig) -> None:
+    """A run name is one folder inside ``results-dir`` (and ``state-dir``): no path, so that whoever
+    names a run cannot make the server or a node write outside the folders chosen for them."""
+    name = config.run_name
+    if not name:
+        return
+    bad = [part for part in ("/", "\\", "\0") if part in name]
+    if bad or name in (".", "..") or name != name.strip() or Path(name).is_absolute():
+        raise ConfigError(
+            f"config key 'run-name' = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
+            "spaces): runs are written to results-dir/<run-name>"
+        )
+
+
+CROSS_RULES: tuple[Callable[[RunConfig], None], ...] = (
+    _check_run_name,
+    _check_local_prompt_lengths,
+    _check_classes_per_client,
+    _check_model,
+    _check_data_paths,
+    _check_reserve,
+    _check_clients,
+    _check_domains,
+    _check_held_out,
+    _check_base_to_novel,
+    _check_vision_tower,
+    *UPLOAD_RULES,
+)
+"""Every cross-key rule, in the order :func:`fedapp.config.validate` runs them."""

@@ -1,0 +1,155 @@
+"""A validated run configuration and how one is made: presets, overrides, validation, digests.
+
+:class:`RunConfig` is a :class:`~fedapp.config.schema.Settings` whose values have
+been checked. :func:`resolve_run_config` layers the selected YAML preset under the
+explicit overrides and :func:`validate` checks every key, then the cross-key rules
+(:mod:`fedapp.config.rules`), before any data is touched or any model is built.
+:func:`settings_digest` and :func:`same_setting_key` tell which runs repeat one setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedapp.config.rules import CROSS_RULES
+from fedapp.config.schema import APP_ROOT, NOT_SETTINGS, SCHEMA, Scalar, Settings, defaults
+from fedapp.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RunConfig(Settings):
+    """A validated run configuration: every key a typed attribute (``config.num_rounds``).
+
+    ``config["num-rounds"]`` still reads a key by its config name, for code that
+    holds key names as data (reports, sweeps, user plug-ins).
+    """
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Scalar]) -> RunConfig:
+        """The configuration of already-checked ``values`` (every schema key, by config name)."""
+        return cls(**{name.replace("-", "_"): value for name, value in values.items()})
+
+    @property
+    def values(self) -> dict[str, Scalar]:
+        """Every key by its config name (``num-rounds``), in schema order."""
+        return {name: getattr(self, name.replace("-", "_")) for name in SCHEMA}
+
+    def __getitem__(self, key: str) -> Scalar:
+        if key not in SCHEMA:
+            raise KeyError(key)
+        return getattr(self, key.replace("-", "_"))
+
+    def get(self, key: str, default: Scalar | None = None) -> Scalar | None:
+        return self[key] if key in SCHEMA else default
+
+    def as_dict(self) -> dict[str, Scalar]:
+        return self.values
+
+    @property
+    def resolved_run_name(self) -> str:
+        """``run-name``, or one derived from the method, data, a digest of every other setting and
+        the seed, so that runs with different settings never share a folder."""
+        if self.run_name:
+            return self.run_name
+        return f"{self.method}-{self.dataset}-{self.partition}-{settings_digest(self.values)}-s{self.seed}"
+
+
+def settings_digest(values: Mapping[str, Any]) -> str:
+    """Six hex digits of SHA-256 over the settings that differ from their defaults (but :data:`NOT_SETTINGS`).
+
+    Only non-default values count, so a key added to the schema later (at a default that keeps
+    the old behaviour) leaves every existing name as it was.
+    """
+    settings = {
+        key: value
+        for key, value in values.items()
+        if key not in NOT_SETTINGS and (key not in SCHEMA or value != SCHEMA[key].default)
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:6]
+
+
+def with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with every schema key it lacks at its default: a run made before a key existed
+    ran as that default (report seed groups and sweeps compare runs this way)."""
+    return {**defaults(), **config}
+
+
+def same_setting_key(config: Mapping[str, Any]) -> str:
+    """A text equal for two configs exactly when they differ only in :data:`NOT_SETTINGS` (seed aside)."""
+    settings = {key: value for key, value in with_defaults(config).items() if key not in NOT_SETTINGS}
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
+def find_preset(path: str) -> Path:
+    """Locate a preset file given as absolute, relative to the CWD, or to the app."""
+    candidates = [Path(path).expanduser()]
+    if not candidates[0].is_absolute():
+        candidates.append(APP_ROOT / path)
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"config key 'preset' = {path!r}: file not found (looked in {candidates})")
+
+
+def load_preset(path: str) -> dict[str, Any]:
+    """Read a YAML preset: a flat mapping of config keys to scalar values."""
+    file = find_preset(path)
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config key 'preset' = {path!r}: not valid YAML ({err})") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key 'preset' = {path!r}: expected a mapping of keys to values")
+    if "preset" in data:
+        raise ConfigError(f"config key 'preset' = {path!r}: a preset may not name another preset")
+    return data
+
+
+def resolve_run_config(run_config: Mapping[str, Any], *, ignore_unknown: bool = False) -> RunConfig:
+    """Merge defaults, the selected preset and explicit overrides, then validate.
+
+    Flower passes the app's defaults already merged with ``--run-config``, so an
+    override is recognised as a value that differs from the default; those win
+    over the preset, every other key takes the preset's value. Unknown keys are
+    an error (they are usually typos) unless ``ignore_unknown``: a project that
+    embeds our strategies or ClientApp may carry keys of its own in the same
+    run config, and those are then left out.
+    """
+    unknown = sorted(set(run_config) - set(SCHEMA))
+    if unknown and ignore_unknown:
+        run_config = {name: value for name, value in run_config.items() if name in SCHEMA}
+    elif unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}; valid keys: {', '.join(SCHEMA)}")
+    base = defaults()
+    preset_name = SCHEMA["preset"].check("preset", run_config.get("preset", ""))
+    merged: dict[str, Any] = dict(base)
+    if preset_name:
+        preset = load_preset(str(preset_name))
+        bad = sorted(set(preset) - set(SCHEMA))
+        if bad:
+            raise ConfigError(f"unknown config key(s) in preset {preset_name!r}: {', '.join(bad)}")
+        merged.update(preset)
+    for name, value in run_config.items():
+        if name not in base or value != base[name]:
+            merged[name] = value
+    return validate(merged)
+
+
+def validate(values: Mapping[str, Any]) -> RunConfig:
+    """Check every key, then the rules that tie keys together."""
+    unknown = sorted(set(values) - set(SCHEMA))
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+    config = RunConfig.from_values(
+        {name: key.check(name, values.get(name, key.default)) for name, key in SCHEMA.items()}
+    )
+    for rule in CROSS_RULES:
+        rule(config)
+    return config

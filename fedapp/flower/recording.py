@@ -1,0 +1,274 @@
+"""The server's accounting: what a round accumulates between fit and evaluate
+(:class:`RoundLog`), the run's running totals (:class:`RunTotals`), the metrics means
+and accuracy statistics of a round's replies (held-out clients, per domain, base-to-novel:
+:func:`summarize_evaluation`), and how a finished round becomes a
+:class:`~fedapp.metrics.RoundRecord` (:func:`close_round`) written to the recorder
+(:func:`write_round`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.common import EvaluateRes, Scalar
+from flwr.server.client_proxy import ClientProxy
+
+from fedapp.aggregation import Arrays
+from fedapp.config import RunConfig
+from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, progress_line
+
+log = logging.getLogger("flwr.fedapp")
+
+#: Client metrics that are bookkeeping or already summarised elsewhere.
+NOT_AVERAGED = frozenset({"train_loss", "partition_id", "accuracy", "novel_accuracy", "train_flops", "server_round"})
+
+EvaluateReplies = list[tuple[ClientProxy, EvaluateRes]]
+
+
+@dataclass
+class RoundLog:
+    """What a round accumulates between fit and evaluate."""
+
+    started: float = field(default_factory=time.perf_counter)
+    clients_fit: int = 0
+    clients_failed: int = 0
+    train_loss: float = float("nan")
+    bytes_up: list[int] = field(default_factory=list)
+    bytes_down: list[int] = field(default_factory=list)
+    bytes_eval_down: int = 0  # evaluation instructions carry the global arrays again
+    params_up: list[int] = field(default_factory=list)
+    params_down: list[int] = field(default_factory=list)
+    train_flops: int = 0
+    left_out: list[str] = field(default_factory=list)
+    skipped: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def refuse(self, server_round: int, reason: str) -> None:
+        """Leave one client out of the round: a warning, a failed count, the reason in the metrics."""
+        log.warning("round %d: left out %s", server_round, reason)
+        self.left_out.append(reason)
+        self.clients_failed += 1
+
+    def skip(self, server_round: int, reason: str) -> None:
+        """Note that the round produced no aggregate (the global state stays), and why."""
+        self.skipped = True
+        self.left_out.append(reason)
+        log.warning("round %d: %s; keeping the previous global state", server_round, reason)
+
+    def add_fit_metrics(self, replies: Sequence[tuple[Mapping[str, Scalar], int]]) -> None:
+        """The example-weighted train loss and ``fit_*`` means of the usable ``(metrics, num_examples)``."""
+        losses = [(float(metrics["train_loss"]), n) for metrics, n in replies if "train_loss" in metrics]
+        if losses:
+            total = sum(n for _, n in losses)
+            self.train_loss = sum(loss * n for loss, n in losses) / total
+        self.extra.update(mean_metrics(replies, "fit"))
+
+
+@dataclass
+class RunTotals:
+    """Running totals over the rounds so far: the cumulative columns of every record,
+    kept in checkpoints (:data:`fedapp.checkpoint.TOTALS` names the same keys)."""
+
+    mb_cumulative: float = 0.0
+    #: Evaluation traffic, apart from ``mb_cumulative`` (the training traffic the papers count).
+    mb_eval_cumulative: float = 0.0
+    params_cumulative: int = 0
+    flops_cumulative: int = 0
+
+    @classmethod
+    def from_checkpoint(cls, totals: Mapping[str, float]) -> RunTotals:
+        """The totals a checkpoint holds (one written before evaluation traffic was counted has none of it)."""
+        return cls(
+            mb_cumulative=totals["mb_cumulative"],
+            mb_eval_cumulative=totals.get("mb_eval_cumulative", 0.0),
+            params_cumulative=int(totals["params_cumulative"]),
+            flops_cumulative=int(totals["flops_cumulative"]),
+        )
+
+    def as_checkpoint(self) -> dict[str, float]:
+        """What :meth:`from_checkpoint` reads back."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What a round's evaluation replies amount to."""
+
+    stats: AccuracyStats
+    #: Pooled accuracy of the one global model (None when the method has none, or no client replied).
+    global_acc: float | None
+    #: Example-weighted mean loss (None when no client evaluated any example).
+    loss: float | None
+    #: ``eval_*`` means, held-out, base-to-novel and per-domain accuracies for the record's ``extra``.
+    extra: dict[str, Any]
+
+
+def num_params(arrays: Arrays) -> int:
+    """Numbers in ``arrays`` (the records count parameters sent as well as bytes)."""
+    return int(sum(a.size for a in arrays))
+
+
+def mean_metrics(replies: Sequence[tuple[Mapping[str, Scalar], int]], prefix: str) -> dict[str, float]:
+    """Example-weighted mean of every numeric metric a method's clients report, as ``<prefix>_<key>``."""
+    keys = {k for metrics, _ in replies for k, v in metrics.items() if isinstance(v, int | float)} - NOT_AVERAGED
+    out = {}
+    for key in sorted(keys):
+        pairs = [(float(m[key]), n) for m, n in replies if key in m and n > 0]
+        if pairs:
+            out[f"{prefix}_{key}"] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
+    return out
+
+
+def accuracy_stats(results: EvaluateReplies) -> AccuracyStats:
+    """Mean, worst and spread of the clients' reported test accuracies."""
+    return AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in results])
+
+
+def evaluation_order(reply: tuple[ClientProxy, EvaluateRes]) -> tuple[float, int]:
+    """Replies arrive in completion order; sorting by value makes the sums over them reproducible."""
+    res = reply[1]
+    return float(res.metrics.get("accuracy", math.nan)), res.num_examples
+
+
+def novel_metrics(base: AccuracyStats, results: EvaluateReplies) -> dict[str, float]:
+    """Base-to-novel: clients' accuracy on classes they never trained on, and its harmonic
+    mean with the base accuracy (``acc_mean``), as CoCoOp reports them; empty when no client
+    reports a novel accuracy."""
+    novel = AccuracyStats.of([float(r.metrics["novel_accuracy"]) for _, r in results if "novel_accuracy" in r.metrics])
+    if not novel.clients:
+        return {}
+    total = base.mean + novel.mean
+    harmonic = 2 * base.mean * novel.mean / total if total > 0 else 0.0
+    return {"novel_acc_mean": novel.mean, "novel_acc_worst": novel.worst, "harmonic_mean": harmonic}
+
+
+def domain_accuracies(
+    results: EvaluateReplies, domain_of: Callable[[str], int | None], domain_names: Sequence[str]
+) -> dict[str, float]:
+    """Mean client accuracy per domain (``partition = domain``), keyed by domain name.
+
+    ``domain_of`` maps a node id to its domain (None: unknown, or no domains);
+    a domain without a name in ``domain_names`` is called ``domain-<i>``.
+    """
+    by_domain: dict[int, EvaluateReplies] = {}
+    for proxy, res in results:
+        domain = domain_of(proxy.cid)
+        if domain is not None:
+            by_domain.setdefault(domain, []).append((proxy, res))
+    return {
+        (domain_names[d] if d < len(domain_names) else f"domain-{d}"): accuracy_stats(replies).mean
+        for d, replies in sorted(by_domain.items())
+    }
+
+
+def summarize_evaluation(
+    results: EvaluateReplies,
+    held_out: EvaluateReplies,
+    domain_of: Callable[[str], int | None],
+    domain_names: Sequence[str],
+    *,
+    pooled: bool,
+) -> Evaluation:
+    """What the evaluation replies of the training clients (``results``) and of the
+    held-out ones (kept apart, never in ``acc_mean``) amount to.
+
+    ``domain_of`` and ``domain_names`` give the per-domain accuracies
+    (:func:`domain_accuracies`); ``pooled``: whether the method keeps one global model,
+    whose accuracy over every client's test set is then reported as ``global_acc``.
+    """
+    stats = accuracy_stats(results)
+    global_acc = None
+    if pooled and results:
+        total = sum(res.num_examples for _, res in results)
+        correct = sum(float(res.metrics.get("accuracy", 0.0)) * res.num_examples for _, res in results)
+        global_acc = correct / max(total, 1)
+    extra: dict[str, Any] = mean_metrics([(dict(res.metrics), res.num_examples) for _, res in results], "eval")
+    if held_out:
+        held = accuracy_stats(held_out)
+        extra.update(held_out_acc_mean=held.mean, held_out_acc_worst=held.worst, held_out_clients=held.clients)
+    extra.update(novel_metrics(stats, results))
+    domains = domain_accuracies(results, domain_of, domain_names)
+    if domains:
+        extra["domain_acc"] = domains
+    losses = [(res.loss, res.num_examples) for _, res in results if res.num_examples > 0]
+    loss = sum(v * n for v, n in losses) / sum(n for _, n in losses) if losses else None
+    return Evaluation(stats, global_acc, loss, extra)
+
+
+def close_round(
+    server_round: int, round_log: RoundLog, totals: RunTotals, evaluation: Evaluation, eval_failures: int
+) -> RoundRecord:
+    """The record of a finished round; adds its traffic, parameters and FLOPs to ``totals``."""
+    round_total = sum(round_log.bytes_up) + sum(round_log.bytes_down)
+    totals.mb_cumulative += round_total / MB
+    totals.mb_eval_cumulative += round_log.bytes_eval_down / MB
+    params_total = sum(round_log.params_up) + sum(round_log.params_down)
+    totals.params_cumulative += params_total
+    totals.flops_cumulative += round_log.train_flops
+    stats = evaluation.stats
+    return RoundRecord(
+        round=server_round,
+        acc_mean=stats.mean,
+        acc_worst=stats.worst,
+        acc_std=stats.std,
+        clients_evaluated=stats.clients,
+        global_acc=evaluation.global_acc,
+        train_loss=round_log.train_loss,
+        clients_fit=round_log.clients_fit,
+        clients_failed=round_log.clients_failed,
+        bytes_up_per_client=float(np.mean(round_log.bytes_up)) if round_log.bytes_up else 0.0,
+        bytes_down_per_client=float(np.mean(round_log.bytes_down)) if round_log.bytes_down else 0.0,
+        bytes_round_total=round_total,
+        mb_cumulative=totals.mb_cumulative,
+        params_round_total=params_total,
+        params_cumulative=totals.params_cumulative,
+        train_flops_round=round_log.train_flops,
+        train_flops_cumulative=totals.flops_cumulative,
+        round_seconds=time.perf_counter() - round_log.started,
+        extra={
+            "eval_failures": eval_failures,
+            "left_out_reasons": list(round_log.left_out),
+            "round_skipped": round_log.skipped,
+            # Not in mb_cumulative, which is the training traffic the papers count.
+            "bytes_eval_down_round": round_log.bytes_eval_down,
+            "mb_eval_cumulative": totals.mb_eval_cumulative,
+            **round_log.extra,
+            **evaluation.extra,
+        },
+    )
+
+
+def write_round(
+    record: RoundRecord, recorder: RunRecorder | None, num_rounds: int, save_checkpoint: Callable[[int], object]
+) -> None:
+    """Log the round's progress line; with a recorder, append the record, then checkpoint
+    the run (``save_checkpoint(round)``) and, after the last round, draw the plots."""
+    log.info(progress_line(record, num_rounds))
+    if recorder is None:
+        return
+    recorder.add(record)
+    save_checkpoint(record.round)
+    if record.round >= num_rounds:
+        recorder.write_plots()
+
+
+def open_recorder(config: RunConfig, domain_names: Sequence[str]) -> RunRecorder:
+    """The results folder of this run (``results-dir``/``run-name``), its summary naming the data's domains."""
+    recorder = RunRecorder(
+        config.results_dir,
+        config.resolved_run_name,
+        config.as_dict(),
+        config.target_accuracy,
+        # A resumed run keeps its metrics until the checkpoint says which rounds count.
+        fresh=not config.resume,
+    )
+    log.info("results go to %s", recorder.directory)
+    if domain_names:
+        recorder.summary_extra["domain_names"] = list(domain_names)
+    return recorder

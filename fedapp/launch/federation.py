@@ -1,0 +1,115 @@
+"""A private Flower home with a local SuperLink, and one run submitted to it with ``flwr run --stream``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from fedapp.config import APP_ROOT
+from fedapp.errors import FedAppError
+from fedapp.launch.processes import free_port, sigterm_raises_system_exit, stop_processes, superlink_pids
+from fedapp.launch.settings import PreparedRun, federation_overrides, toml_value
+from fedapp.metrics import check_clients_trained
+
+LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+
+
+def flower_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment for Flower commands and processes with ``home`` as ``FLWR_HOME``: this
+    interpreter's executables first on ``PATH`` (a SuperLink or SuperNode starts
+    ``flwr-serverapp``/``flwr-clientapp`` from it), no runtime re-install of the app, no update
+    check; ``extra`` on top."""
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FLWR_HOME": str(home),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        **extra,
+    }
+
+
+@contextlib.contextmanager
+def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
+    """A Flower home whose ``local`` connection runs simulations on a private local SuperLink.
+
+    Yields the environment for ``flwr`` commands. The first ``flwr run`` in it starts the
+    SuperLink; every later one reuses it (Flower's start-up is paid once). On exit the
+    SuperLink is stopped by PID and a temporary home is removed; a given ``flwr_home`` is
+    the caller's and is kept.
+    """
+    own_home = flwr_home is None
+    if flwr_home is not None:
+        existing = Path(flwr_home).expanduser() / "config.toml"
+        if existing.is_file() and existing.read_text() != LOCAL_CONNECTION_TOML:
+            # The user's own connections (remote SuperLinks, TLS) live there: never rewrite them.
+            raise FedAppError(
+                f"--flwr-home {flwr_home} already holds a Flower config.toml of its own; give a new or empty "
+                "folder (the launcher writes its local connection there), or leave --flwr-home out"
+            )
+    home = Path(flwr_home or tempfile.mkdtemp(prefix="fedapp-flwr-home-")).expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(LOCAL_CONNECTION_TOML)
+    # A private local SuperLink: another launch (or the user's own `flwr run`) must neither
+    # receive these runs nor be stopped when they end.
+    env = flower_env(
+        home,
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()),
+        FLWR_LOCAL_CONTROL_API_PORT=str(free_port()),
+    )
+    try:
+        with sigterm_raises_system_exit():
+            yield env
+    finally:
+        stop_processes(superlink_pids(home))
+        if own_home:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def submit(
+    prepared: PreparedRun,
+    env: dict[str, str],
+    *,
+    cpus_per_client: int = 1,
+    gpus_per_client: float = 0.0,
+    app_dir: Path = APP_ROOT,
+    timeout: float | None = None,
+) -> Path:
+    """``flwr run --stream`` one prepared run in ``env`` (see :func:`local_federation`), wait for it
+    to end, check that it wrote all its rounds, and return its results folder.
+
+    Raises
+    ------
+    subprocess.CalledProcessError
+        If ``flwr run`` fails.
+    FedAppError
+        If the run ended without writing its summary or stopped early.
+    """
+    run_config = " ".join(f"{key}={toml_value(value)}" for key, value in prepared.overrides.items())
+    flwr = Path(sys.executable).parent / "flwr"
+    command = [str(flwr) if flwr.exists() else "flwr", "run", str(app_dir), "local", "--stream"]
+    command += ["--federation-config", federation_overrides(prepared.num_clients, cpus_per_client, gpus_per_client)]
+    if run_config:
+        command += ["--run-config", run_config]
+    summary = prepared.run_dir / "summary.json"
+    started = time.time()
+    try:
+        subprocess.run(command, env=env, check=True, timeout=timeout)
+    except subprocess.CalledProcessError:
+        check_clients_trained(prepared.run_dir)  # the ServerApp's reason, when it was this one
+        raise
+    if not summary.exists() or summary.stat().st_mtime < started:
+        raise FedAppError(f"the run ended without writing {summary}; see the log above")
+    rounds = json.loads(summary.read_text()).get("rounds", 0)
+    if rounds < prepared.config.num_rounds:
+        raise FedAppError(f"the run stopped after {rounds} of {prepared.config.num_rounds} rounds; see the log above")
+    check_clients_trained(prepared.run_dir)
+    return prepared.run_dir

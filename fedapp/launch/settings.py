@@ -1,0 +1,159 @@
+"""What a launch submits, checked before any process starts: run-config overrides, presets, client resources.
+
+A bad key, value or flag fails here in a second instead of inside the SuperLink after Flower's start-up.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomli_w
+
+from fedapp.config import RunConfig, load_preset, resolve_run_config
+from fedapp.errors import ConfigError, FedAppError
+
+
+def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_client: float) -> str:
+    """``--federation-config`` for a local simulation of ``num_supernodes`` clients.
+
+    ``gpus_per_client`` is Ray's share of a GPU per client: 0.25 packs four
+    clients' workers on each GPU; 0 (the default) leaves the GPUs out.
+    """
+    items = [f"num-supernodes={num_supernodes}", f"client-resources-num-cpus={cpus_per_client}"]
+    if gpus_per_client:
+        items.append(f"client-resources-num-gpus={gpus_per_client}")
+    return " ".join(items)
+
+
+def check_client_resources(cpus_per_client: int, gpus_per_client: float, gpus_available: int | None = None) -> None:
+    """Refuse client resources that Ray or Flower would reject only once the simulation runs.
+
+    Parameters
+    ----------
+    cpus_per_client : int
+        CPUs per simulated client; at least 1.
+    gpus_per_client : float
+        GPUs per simulated client: 0, a fraction below 1 (clients share a GPU),
+        or a whole number (Ray accepts nothing else).
+    gpus_available : int, optional
+        GPUs this machine has; checked against ``gpus_per_client`` when given.
+
+    Raises
+    ------
+    ConfigError
+        Naming the flag and the value.
+    """
+    if cpus_per_client < 1:
+        raise ConfigError(f"--cpus-per-client {cpus_per_client}: each client needs at least 1 CPU")
+    gpus = float(gpus_per_client)
+    flag = f"--gpus-per-client {gpus_per_client:g}"
+    if not math.isfinite(gpus) or gpus < 0:
+        raise ConfigError(f"{flag}: must be 0 (no GPU), a share of one GPU below 1 (e.g. 0.25), or a whole number")
+    if gpus > 1 and not gpus.is_integer():
+        raise ConfigError(
+            f"{flag}: above 1, Ray only hands out whole GPUs; use {math.floor(gpus)} or {math.ceil(gpus)}, "
+            "or a share below 1 to put several clients on one GPU"
+        )
+    if gpus and gpus_available is not None and gpus_available < math.ceil(gpus):
+        found = "no GPU" if gpus_available == 0 else f"only {gpus_available} GPU(s)"
+        raise ConfigError(
+            f"{flag}: torch finds {found} on this machine (Flower would stop with an empty actor pool); "
+            "leave the flag out to simulate on CPUs"
+        )
+
+
+def visible_gpus() -> int:
+    """GPUs torch can use on this machine, which the local simulation's workers share."""
+    import torch  # noqa: PLC0415 - needed only when GPUs are asked for
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+# One ``key=value`` item as ``flwr run --run-config`` reads it: a quoted value may hold spaces.
+_OVERRIDE_ITEM = re.compile(r"""([^\s=]+)=('[^']*'|"[^"]*"|\S+)""")
+
+
+def parse_overrides(text: list[str]) -> dict:
+    """Parse Flower-style ``key=value`` overrides with TOML values (as ``flwr run`` does).
+
+    Unlike Flower's parser, nothing is skipped silently: an item that is not ``key=value``, or
+    whose value is not TOML (most often an unquoted string), is refused with the item named.
+    """
+    import tomllib  # noqa: PLC0415
+
+    values: dict = {}
+    for chunk in text:
+        position = 0
+        while True:
+            while position < len(chunk) and chunk[position].isspace():
+                position += 1
+            if position == len(chunk):
+                break
+            match = _OVERRIDE_ITEM.match(chunk, position)
+            if match is None or (match.end() < len(chunk) and not chunk[match.end()].isspace()):
+                item = chunk[position:].split(maxsplit=1)[0]
+                raise FedAppError(f'--run-config item {item!r} is not key=value (quote values with spaces: key="a b")')
+            key, raw = match.groups()
+            try:
+                values.update(tomllib.loads(f'"{key}" = {raw}'))
+            except tomllib.TOMLDecodeError:
+                hint = f': quote a string, {key}="{raw}"' if re.fullmatch(r"[\w./~-]+", raw) else ""
+                raise FedAppError(
+                    f"--run-config item {key}={raw}: {raw} is not a number, true/false or a quoted string{hint}"
+                ) from None
+            position = match.end()
+    return values
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A validated run: the overrides to submit, its resolved config and its results folder."""
+
+    overrides: dict
+    config: RunConfig
+    run_dir: Path
+
+    @property
+    def num_clients(self) -> int:
+        return self.config.num_partitions
+
+
+def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
+    """Validate ``overrides`` here, so a bad key fails in a second instead of inside the SuperLink.
+
+    The preset is flattened into explicit values, ``num_clients`` (if given) becomes
+    ``num-partitions``, and a relative ``results-dir`` is made absolute (the ServerApp
+    runs in another process and folder).
+    """
+    overrides = expand_preset(overrides)
+    config = resolve_run_config(overrides)
+    if num_clients is not None and num_clients != config.num_partitions:
+        overrides = {**overrides, "num-partitions": num_clients}
+        config = resolve_run_config(overrides)
+    results = Path(config.results_dir).expanduser()
+    if not results.is_absolute():
+        results = Path.cwd() / results
+        overrides = {**overrides, "results-dir": str(results)}
+    return PreparedRun(overrides=overrides, config=config, run_dir=results / config.resolved_run_name)
+
+
+def expand_preset(overrides: dict) -> dict:
+    """Apply the preset here, where explicit overrides are still known.
+
+    Inside the ServerApp an override equal to the default cannot be told apart
+    from no override, so a preset would win over it; flattening the preset into
+    explicit values first keeps "explicit beats preset" exact.
+    """
+    preset = overrides.get("preset")
+    if not preset:
+        return dict(overrides)
+    explicit = {key: value for key, value in overrides.items() if key != "preset"}
+    return {**load_preset(str(preset)), **explicit, "preset": ""}
+
+
+def toml_value(value: object) -> str:
+    """``value`` as a TOML value, the way ``flwr run --run-config`` reads it back (``"a b"``, ``3``, ``true``)."""
+    return tomli_w.dumps({"v": value}).split("=", 1)[1].strip()

@@ -1,0 +1,41 @@
+"""The command line: ``fedapp-report`` (and ``python -m fedapp.report``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fedapp.errors import FedAppError
+from fedapp.report.render import write_report
+from fedapp.report.runs import expand_run_dirs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``fedapp-report RUN_DIR [RUN_DIR ...] [--out F] [--figure F] [--target ACC]``.
+
+    Returns
+    -------
+    int
+        0 when the report was written; 2 when a run folder or the output could not be read or written.
+    """
+    parser = argparse.ArgumentParser(
+        prog="fedapp-report", description="Tabulate and plot finished run folders (config.yaml + metrics.jsonl)."
+    )
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run folders, or folders of run folders")
+    parser.add_argument("--out", type=Path, default=Path("report.md"), help="markdown file (default: report.md)")
+    parser.add_argument("--figure", default="report.png", help='PNG file (default: report.png; "" skips it)')
+    parser.add_argument("--target", type=float, help="mean accuracy to time runs to (default: each run's own)")
+    args = parser.parse_args(argv)
+    if args.target is not None and not 0.0 <= args.target <= 1.0:
+        parser.error(f"--target {args.target} is not an accuracy in [0, 1]")
+    try:
+        markdown = write_report(
+            expand_run_dirs(args.run_dirs), args.out, Path(args.figure) if args.figure else None, args.target
+        )
+    except (FedAppError, OSError) as error:
+        print(f"fedapp-report: error: {error}", file=sys.stderr)
+        return 2
+    print(markdown, end="")
+    return 0

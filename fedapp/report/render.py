@@ -1,0 +1,155 @@
+"""The report itself: its markdown (main, seed and per-domain tables), its figure, and the files written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from fedapp.metrics import save_accuracy_figure
+from fedapp.report.runs import ReportRow, report_rows
+from fedapp.report.seeds import group_by_seed, render_seed_table
+from fedapp.report.tables import (
+    FIGURE_COLUMNS,
+    MISSING,
+    NOT_REACHED,
+    fmt_acc,
+    fmt_bytes,
+    markdown_table,
+    plural,
+    table_cell,
+)
+
+MAIN_HEADER = ["run", "method", "protocol", "shots", *FIGURE_COLUMNS]
+
+
+def _to_target(row: ReportRow) -> tuple[str, str]:
+    if row.target is None:
+        return MISSING, MISSING
+    if row.rounds_to_target is None or row.seconds_to_target is None:
+        return NOT_REACHED, NOT_REACHED
+    return str(row.rounds_to_target), f"{row.seconds_to_target:.1f}"
+
+
+def _main_table(rows: Sequence[ReportRow]) -> str:
+    """One row per run: its protocol and figures (:data:`MAIN_HEADER`)."""
+    body = []
+    for row in rows:
+        rounds_to, seconds_to = _to_target(row)
+        body.append(
+            [
+                table_cell(row.run),
+                table_cell(row.method),
+                table_cell(row.protocol),
+                "all" if row.shots == 0 else str(row.shots),
+                str(row.rounds),
+                fmt_acc(row.acc_mean),
+                fmt_acc(row.acc_worst),
+                fmt_acc(row.acc_std),
+                table_cell(row.generalization),
+                fmt_bytes(row.bytes_per_round),
+                f"{row.total_mb:.2f}",
+                rounds_to,
+                seconds_to,
+            ]
+        )
+    return markdown_table(MAIN_HEADER, body)
+
+
+def _target_line(rows: Sequence[ReportRow]) -> str:
+    """The sentence naming the accuracy the 'to target' columns are timed to."""
+    targets = sorted({row.target for row in rows if row.target is not None})
+    if len(targets) == 1:
+        return f"Target: mean client accuracy ≥ {targets[0]:.4f}."
+    if targets:
+        return "Target: each run's own target-accuracy (" + ", ".join(f"{t:.4f}" for t in targets) + ")."
+    return "Target: none given and none in the runs' configs."
+
+
+def _seed_section(rows: Sequence[ReportRow]) -> list[str]:
+    """The mean ± std table, when some runs repeat a setting over seeds; else nothing."""
+    groups = group_by_seed(rows)
+    if not any(len(group.runs) > 1 for group in groups):
+        return []
+    return [
+        "",
+        "## Mean ± std over seeds",
+        "",
+        "Runs whose configs differ only in seed (and name or folder) form one row: mean ± sample standard "
+        "deviation over them; 'to target' columns average the runs that reached it (reached/runs).",
+        "",
+        render_seed_table(groups),
+    ]
+
+
+def _domain_section(rows: Sequence[ReportRow]) -> list[str]:
+    """Accuracy per domain of the runs that recorded it; nothing when none did."""
+    with_domains = [row for row in rows if row.domain_acc]
+    if not with_domains:
+        return []
+    domains: list[str] = []
+    for row in with_domains:  # columns in the order the runs name their domains
+        domains += [name for name in row.domain_acc if name not in domains]
+    body = [[table_cell(row.run)] + [fmt_acc(row.domain_acc.get(name)) for name in domains] for row in with_domains]
+    return ["", "## Accuracy per domain (last round)", "", markdown_table(["run", *map(table_cell, domains)], body)]
+
+
+def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str:
+    """The report's markdown: title, target line, main table, seed table, per-domain table, figure link."""
+    parts = [
+        f"# Federated run report ({plural(len(rows), 'run')})",
+        "",
+        "Accuracies are of the last round (mean / worst / std over evaluated clients); bytes/round is the mean "
+        f"training traffic (up + down) per round, in base-1024 units like total MB. {_target_line(rows)}",
+        "",
+        _main_table(rows),
+        *_seed_section(rows),
+        *_domain_section(rows),
+    ]
+    if figure:
+        parts += ["", f"![mean accuracy vs round and vs MB]({figure})"]
+    return "\n".join(parts) + "\n"
+
+
+def write_figure(rows: Sequence[ReportRow], path: Path) -> Path:
+    """One PNG, two panels: mean client accuracy against round and against cumulative MB, a line per run."""
+    by_round = [(row.curve_rounds, row.curve_acc_mean, row.run, "-") for row in rows]
+    by_mb = [(row.curve_mb, row.curve_acc_mean, row.run, "-") for row in rows]
+    return save_accuracy_figure(
+        path,
+        [
+            ("mean accuracy vs round", "round", by_round),
+            ("mean accuracy vs communication", "MB communicated (cumulative)", by_mb),
+        ],
+    )
+
+
+def write_report(run_dirs: Iterable[Path], out: Path, figure: Path | None, target: float | None) -> str:
+    """Write the markdown report of ``run_dirs`` to ``out`` (and the figure, unless ``figure`` is None).
+
+    Parameters
+    ----------
+    run_dirs : Iterable[Path]
+        Run folders (see :func:`fedapp.report.runs.expand_run_dirs` for folders of run folders).
+    out : Path
+        The markdown file to write; its folder is created.
+    figure : Path | None
+        The PNG to write; the markdown links it relative to ``out``'s folder.
+    target : float | None
+        Mean accuracy to time the runs to; None: each run's own ``target-accuracy``.
+
+    Returns
+    -------
+    str
+        The markdown written.
+    """
+    rows = report_rows(run_dirs, target)
+    out = Path(out)
+    link = None
+    if figure is not None:
+        figure = write_figure(rows, Path(figure))
+        link = Path(os.path.relpath(figure.resolve(), out.resolve().parent)).as_posix()
+    markdown = render_markdown(rows, link)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(markdown)
+    return markdown

@@ -1,0 +1,17 @@
+"""FedPer server: averages the base layers; every client keeps its own head."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from fedapp.methods.fedper import BaseLayers
+from strategies.shared_module import SharedModuleStrategy
+
+
+class FedPerStrategy(SharedModuleStrategy):
+    """Federated base layers, personal heads (Arivazhagan et al., 2019)."""
+
+    has_global_model = False  # a client predicts through its own head
+
+    def build_shared_module(self) -> nn.Module:
+        return BaseLayers(self.zoo_model(self.config.model))

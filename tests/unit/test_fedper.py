@@ -1,0 +1,72 @@
+"""FedPer, the worked example of docs/extending.md: its math (the base-layer view), its
+client (uploads the base, keeps its head) and its strategy (averages the base only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from clients.fedper import FedPerClient
+from fedapp.clientdata import load_client_data
+from fedapp.config import resolve_run_config
+from fedapp.flower.strategy import ClientUpdate
+from fedapp.methods.fedper import BaseLayers
+from fedapp.models import build_model
+from fedapp.params import get_arrays, set_arrays
+from fedapp.state import MemoryStateStore
+from strategies.fedper import FedPerStrategy
+
+
+def make_config(**extra):
+    values = {"method": "fedper", "num-partitions": 4, "partition": "pathological", "batch-size": 64, **extra}
+    return resolve_run_config(values)
+
+
+def make_client(config, partition_id: int, store: MemoryStateStore) -> FedPerClient:
+    data = load_client_data(config, partition_id, config.num_partitions)
+    return FedPerClient(config, data, store, torch.device("cpu"))
+
+
+def test_base_layers_are_a_view_of_everything_but_the_head():
+    model = build_model("cnn-1", num_classes=10)
+    base = BaseLayers(model)
+    names = set(base.state_dict())
+    assert names and not any(name.startswith("head.") for name in names)
+    assert names | {f"head.{n}" for n in model.head.state_dict()} == set(model.state_dict())
+    zeros = [np.zeros_like(a) for a in get_arrays(base)]
+    set_arrays(base, zeros)  # loading into the view changes the model's own tensors
+    assert all(torch.count_nonzero(p) == 0 for name, p in model.named_parameters() if not name.startswith("head."))
+    assert torch.count_nonzero(model.head.weight) > 0
+    with pytest.raises(ValueError, match="no 'head'"):
+        BaseLayers(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_a_client_uploads_its_base_layers_and_keeps_its_trained_head():
+    config = make_config()
+    base = FedPerStrategy(config, 10).initial_arrays()
+    store = MemoryStateStore({})
+    client = make_client(config, 0, store)
+    arrays, num_examples, metrics = client.fit(base, {"server-round": 1})
+    assert [a.shape for a in arrays] == [a.shape for a in base] and num_examples > 0
+    assert any(not np.array_equal(a, b) for a, b in zip(arrays, base, strict=True))  # the base trained
+    head = client.load_personal_model().head.weight.detach().clone()
+    fresh = make_client(config, 0, store)  # a new process on the same node: the head is its own
+    torch.testing.assert_close(fresh.load_personal_model().head.weight, head)
+    other = make_client(config, 1, MemoryStateStore({}))
+    assert not torch.equal(other.load_personal_model().head.weight, head)
+    assert metrics["train_flops"] > 0
+
+
+def test_the_strategy_averages_base_layers_by_examples():
+    config = make_config()
+    strategy = FedPerStrategy(config, 10)
+    base = strategy.initial_arrays()
+    updates = [
+        ClientUpdate("a", [np.full_like(a, 1.0) for a in base], 30, {}, 0),
+        ClientUpdate("b", [np.full_like(a, 4.0) for a in base], 10, {}, 0),
+    ]
+    merged = strategy.aggregate_updates(1, updates)
+    for array in merged:
+        np.testing.assert_allclose(array, 1.75)  # (30 * 1 + 10 * 4) / 40
+    assert strategy.new_client_note.startswith("only the base layers are shared")

@@ -1,0 +1,152 @@
+"""fedapp.flower.sampling on its own: the draw depends on (seed, round, salt) and partitions,
+never on node ids; held-out partitions never train; each node is asked its partition once."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from flwr.server import SimpleClientManager
+
+from fedapp.config import resolve_run_config
+from fedapp.flower.driver import PartitionProxy
+from fedapp.flower.sampling import ClientSampler
+
+
+class CountingProxy(PartitionProxy):
+    """A node that counts how often it is asked its partition."""
+
+    def __init__(self, partition: int, cid: str | None = None) -> None:
+        super().__init__(partition, cid)
+        self.asked = 0
+
+    def get_properties(self, ins, timeout, group_id):
+        self.asked += 1
+        return super().get_properties(ins, timeout, group_id)
+
+
+class SilentProxy(CountingProxy):
+    """A node that cannot say its partition."""
+
+    def get_properties(self, ins, timeout, group_id):
+        self.asked += 1
+        raise ConnectionError("node lost")
+
+
+def manager_of(proxies) -> SimpleClientManager:
+    manager = SimpleClientManager()
+    for proxy in proxies:
+        manager.register(proxy)
+    return manager
+
+
+def config(**overrides):
+    return resolve_run_config({"num-partitions": 10, "min-clients": 2, **overrides})
+
+
+def partitions(proxies) -> list[int]:
+    return [proxy.partition for proxy in proxies]
+
+
+def test_the_draw_depends_on_seed_round_and_partitions_not_on_node_ids():
+    cfg = config(**{"fraction-fit": 0.3})
+    first = ClientSampler(cfg).sample(3, manager_of([PartitionProxy(p, f"a{p}") for p in range(10)]), 0.3, salt=0)
+    # The same partitions behind other node ids, registered in another order.
+    others = manager_of([PartitionProxy(p, f"z{9 - p}") for p in reversed(range(10))])
+    second = ClientSampler(cfg).sample(3, others, 0.3, salt=0)
+    assert len(first) == 3  # ceil(0.3 * 10)
+    assert partitions(first) == partitions(second)
+    assert partitions(first) == sorted(partitions(first))  # in partition order
+    draws = {tuple(partitions(ClientSampler(cfg).sample(r, others, 0.3, salt=0))) for r in range(1, 9)}
+    assert len(draws) > 1  # another round, another draw
+    other_seed = ClientSampler(config(seed=5))
+    assert {tuple(partitions(other_seed.sample(r, others, 0.3, salt=0))) for r in range(1, 9)} != draws
+
+
+def test_the_salt_separates_the_fit_draw_from_the_evaluate_draw():
+    manager = manager_of([PartitionProxy(p) for p in range(10)])
+    sampler = ClientSampler(config())
+    fit = [tuple(partitions(sampler.sample(r, manager, 0.3, salt=0))) for r in range(1, 9)]
+    evaluate = [tuple(partitions(sampler.sample(r, manager, 0.3, salt=1))) for r in range(1, 9)]
+    assert fit != evaluate
+
+
+def test_at_least_min_clients_are_picked_and_everyone_at_fraction_one():
+    manager = manager_of([PartitionProxy(p) for p in range(10)])
+    sampler = ClientSampler(config(**{"min-clients": 4}))
+    assert len(sampler.sample(1, manager, 0.1, salt=0)) == 4
+    assert partitions(sampler.sample(1, manager, 1.0, salt=0)) == list(range(10))
+
+
+def test_full_participation_without_held_out_clients_asks_no_node():
+    proxies = [CountingProxy(p) for p in range(4)]
+    chosen = ClientSampler(config(**{"num-partitions": 4})).sample(1, manager_of(proxies), 1.0, salt=0)
+    assert len(chosen) == 4
+    assert [proxy.asked for proxy in proxies] == [0, 0, 0, 0]
+
+
+def test_each_node_is_asked_its_partition_once():
+    proxies = [CountingProxy(p) for p in range(10)]
+    sampler = ClientSampler(config())
+    manager = manager_of(proxies)
+    for server_round in range(1, 4):
+        sampler.sample(server_round, manager, 0.5, salt=0)
+    assert [proxy.asked for proxy in proxies] == [1] * 10
+    assert sampler.partition_of == {proxy.cid: proxy.partition for proxy in proxies}
+
+
+def test_a_node_that_cannot_say_its_partition_is_left_out_and_asked_again(caplog):
+    silent = SilentProxy(9, "silent")
+    proxies = [*(PartitionProxy(p) for p in range(9)), silent]
+    sampler = ClientSampler(config())
+    manager = manager_of(proxies)
+    with caplog.at_level(logging.WARNING, logger="flwr.fedapp"):
+        first = sampler.sample(1, manager, 0.99, salt=0)
+    assert silent not in first and len(first) == 9  # ceil(0.99 * 9 answering nodes)
+    assert "round 1: client silent did not report its partition" in caplog.text
+    assert sampler.partition(silent, 2) is None
+    assert silent.asked == 2 and "silent" not in sampler.partition_of
+
+
+def test_held_out_partitions_never_train_and_are_evaluated_only_when_included():
+    cfg = config(**{"held-out-fraction": 0.2})
+    sampler = ClientSampler(cfg)
+    assert len(sampler.held_out) == 2
+    manager = manager_of([PartitionProxy(p) for p in range(10)])
+    for server_round in range(1, 6):
+        fit = partitions(sampler.sample(server_round, manager, 1.0, salt=0))
+        assert sorted(set(fit) | sampler.held_out) == list(range(10)) and not set(fit) & sampler.held_out
+    assert not set(partitions(sampler.sample(1, manager, 1.0, salt=1))) & sampler.held_out
+    assert partitions(sampler.sample(1, manager, 1.0, salt=1, include_held_out=True)) == list(range(10))
+
+
+def test_replies_of_held_out_clients_are_split_off_in_order():
+    sampler = ClientSampler(config(**{"held-out-fraction": 0.2}))
+    proxies = [PartitionProxy(p) for p in range(10)]
+    sampler.ask_partitions(proxies, 1)
+    unknown = PartitionProxy(0, "never-asked")
+    replies = [(proxy, f"reply {proxy.partition}") for proxy in [*reversed(proxies), unknown]]
+    kept, held = sampler.split_held_out(replies)
+    assert [p.partition for p, _ in held] == sorted(sampler.held_out, reverse=True)
+    assert [r for _, r in kept] == [r for p, r in replies if p.partition not in sampler.held_out or p is unknown]
+    assert all(sampler.is_held_out(p.cid) for p, _ in held)
+    assert not sampler.is_held_out("never-asked")  # unknown partition: not held out
+
+
+@pytest.mark.parametrize(("partition", "domain"), [(0, 0), (1, 0), (2, 1), (5, 2)])
+def test_domain_of_a_node_follows_its_partition(partition, domain):
+    cfg = resolve_run_config(
+        {"partition": "domain", "synthetic-domains": 3, "clients-per-domain": 2, "num-partitions": 6}
+    )
+    sampler = ClientSampler(cfg)
+    proxy = PartitionProxy(partition)
+    assert sampler.domain_of(proxy.cid) is None  # not asked yet
+    sampler.ask_partitions([proxy], 1)
+    assert sampler.domain_of(proxy.cid) == domain
+
+
+def test_without_domains_no_node_has_one():
+    sampler = ClientSampler(config())
+    proxy = PartitionProxy(3)
+    sampler.ask_partitions([proxy], 1)
+    assert sampler.domain_of(proxy.cid) is None
