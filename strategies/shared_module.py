@@ -18,8 +18,6 @@ from fedapp.params import get_arrays
 
 log = logging.getLogger("flwr.fedapp")
 
-#: FML and FedKD share a small model but score each client on its own local one.
-
 
 class SharedModuleStrategy(FedAppStrategy):
     """FedAvg over the arrays of :meth:`build_shared_module`."""
