@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from flwr.client import NumPyClient
 from torch import nn
 
+from fedapp.aggregation import Arrays
 from fedapp.clientdata import ClientData
 from fedapp.config import RunConfig, client_model_names
+from fedapp.data.tensors import to_float_tensor
+from fedapp.errors import ModelError
 from fedapp.flops import model_forward_flops, train_step_flops
 from fedapp.models import seeded_model
+from fedapp.models.export import client_model_path, model_metadata, module_tensors, write_model_file
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
-from fedapp.state import StateStore
+from fedapp.state import StateStore, on_supernode
 from fedapp.training import EvalResult, LossFn, TensorData, TrainResult, cross_entropy_loss, evaluate, train
+
+log = logging.getLogger("flwr.fedapp")
 
 
 def derived_seed(*parts: int) -> int:
@@ -120,6 +128,68 @@ class FedAppClient(NumPyClient):
         """Accuracy on this client's own test split (or on ``data``)."""
         return evaluate(model, self.data.test if data is None else data, device=self.device)
 
+    # ----- the model this client is scored on, and its export ------------------
+
+    def inference_module(self, parameters: Arrays) -> nn.Module:
+        """The module whose test accuracy this client reports, built from the global
+        ``parameters`` and its personal state: what :meth:`evaluate` tests and exports,
+        and what :func:`fedapp.inference.load_model` rebuilds. Its forward takes
+        :meth:`input_batch` of images and returns logits over the client's classes."""
+        raise NotImplementedError
+
+    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+        """Test ``module`` (:meth:`inference_module`'s) on this client's test split; the
+        method's further metrics beside ``accuracy`` (default none)."""
+        return self.test_model(module), {}
+
+    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+        module = self.inference_module(parameters)
+        result, extra = self.score(module, parameters)
+        exported = self.export_model(module, int(config.get("server-round", 0)))
+        return result.loss, result.num_examples, {**self.eval_metrics(result), **extra, **exported}
+
+    def input_batch(self, images_uint8: np.ndarray) -> torch.Tensor:
+        """``(N, H, W, 3)`` uint8 images as :meth:`inference_module`'s input: normalised
+        ``(N, 3, S, S)`` float tensors at the run's ``image-size`` (as the client's own splits)."""
+        x = to_float_tensor(images_uint8)
+        size = self.config.image_size
+        if tuple(x.shape[-2:]) != (size, size) and len(x):
+            x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        return x
+
+    @property
+    def architecture(self) -> str:
+        """What the exported model is built on: the zoo model's name (CLIP clients: the backbone's)."""
+        return self.model_name
+
+    def frozen_backbone(self) -> nn.Module | None:
+        """A frozen module whose tensors :meth:`inference_module` shares, left out of the
+        export and rebuilt from the run configuration on loading (default: none)."""
+        return None
+
+    def export_model(self, module: nn.Module, server_round: int) -> dict[str, int]:
+        """With ``export-models``, write ``module`` as this client's exported model
+        (:func:`fedapp.models.export.client_model_path` says where). A failed write is a
+        warning and the metric ``export_failed`` = 1, not a failed evaluation: the
+        accuracy stands and the run goes on."""
+        path = client_model_path(self.config, self.partition_id, supernode=on_supernode())
+        if path is None:
+            return {}
+        metadata = model_metadata(
+            "client",
+            self.config.values,
+            server_round,
+            self.data.class_names,
+            partition_id=self.partition_id,
+            architecture=self.architecture,
+        )
+        try:
+            write_model_file(path, module_tensors(module, self.frozen_backbone()), metadata)
+        except ModelError as err:
+            log.warning("client %d, round %d: model not exported: %s", self.partition_id, server_round, err)
+            return {"export_failed": 1}
+        return {}
+
     def load_personal_model(self, name: str = "model", architecture: str | None = None) -> nn.Module:
         """The client's own model from its store, or a fresh one on first use."""
         model = self.new_model(architecture)
@@ -152,6 +222,7 @@ class FedAppClient(NumPyClient):
             "train_flops": sample_flops * self.epoch_samples(epochs),
         }
 
-    @staticmethod
-    def eval_metrics(result: EvalResult) -> dict[str, float]:
-        return {"accuracy": result.accuracy}
+    def eval_metrics(self, result: EvalResult) -> dict[str, float | int]:
+        """Test accuracy, and the partition it was measured on: the server keeps each
+        client's accuracy per round under its partition id (``client_acc`` in metrics.jsonl)."""
+        return {"accuracy": result.accuracy, "partition_id": self.partition_id}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from clients.text_prompt import PromptClient
 from fedapp.aggregation import Arrays
-from fedapp.models.text_prompt import PromptContext
+from fedapp.methods import text_prompts as prompts
+from fedapp.models.text_prompt import PromptContext, PromptTextEncoder
 
 
 class CoOpLocalClient(PromptClient):
@@ -20,6 +21,5 @@ class CoOpLocalClient(PromptClient):
         self.store.save("context", {"context": self.context_arrays(context)[0]})
         return [], result.num_examples, self.fit_metrics(result)
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        context = self._own_context()
-        return self.evaluate_classifier(lambda encoder: self.classifier(context, encoder))
+    def prompt_classifier(self, parameters: Arrays, encoder: PromptTextEncoder) -> prompts.PromptClassifier:
+        return self.classifier(self._own_context(), encoder)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 from fedapp.params import get_arrays, set_arrays
@@ -16,8 +18,7 @@ class FedAvgClient(FedAppClient):
         result = self.train_model(model, int(config["server-round"]))
         return get_arrays(model), result.num_examples, self.fit_metrics(result, self.model_step_flops())
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
+    def inference_module(self, parameters: Arrays) -> nn.Module:
         model = self.new_model()
         set_arrays(model, parameters)
-        result = self.test_model(model)
-        return result.loss, result.num_examples, self.eval_metrics(result)
+        return model

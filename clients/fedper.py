@@ -24,6 +24,5 @@ class FedPerClient(FedAppClient):
         self.save_personal_model(model)
         return get_arrays(BaseLayers(model)), result.num_examples, self.fit_metrics(result, self.model_step_flops())
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        result = self.test_model(self._model(parameters))
-        return result.loss, result.num_examples, self.eval_metrics(result)
+    def inference_module(self, parameters: Arrays) -> nn.Module:
+        return self._model(parameters)

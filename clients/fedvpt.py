@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
+from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
 
 
@@ -15,5 +16,5 @@ class FedVPTClient(VisualPromptClient):
         metrics = self.train_prompted(model, int(config["server-round"]))
         return get_arrays(model.prompts), len(self.data.train), metrics
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        return self.evaluate_prompted(self.prompted(self.learner(parameters)))
+    def inference_module(self, parameters: Arrays) -> PromptedViT:
+        return self.prompted(self.learner(parameters))

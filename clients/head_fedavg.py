@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from clients.visual_prompt import INPUTS, VisualPromptClient
 from fedapp.aggregation import Arrays
 from fedapp.flops import train_step_flops
+from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
-from fedapp.training import TensorData
+from fedapp.training import EvalResult, TensorData
 
 
 class HeadFedAvgClient(VisualPromptClient):
@@ -33,6 +35,10 @@ class HeadFedAvgClient(VisualPromptClient):
         sample_flops = train_step_flops(trained=2 * learner.shape.width * learner.num_classes)
         return get_arrays(learner), result.num_examples, self.fit_metrics(result, sample_flops)
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        result = self.test_model(self.learner(parameters).head, self.features("test"))
-        return result.loss, result.num_examples, self.eval_metrics(result)
+    def inference_module(self, parameters: Arrays) -> PromptedViT:
+        # No prompt layers: the bare backbone under the head, taking images like every visual-prompt model.
+        return self.prompted(self.learner(parameters))
+
+    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+        # The head alone on the cached features: what the model computes on the images, once per process.
+        return self.test_model(module.prompts.head, self.features("test")), {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 from fedapp.params import get_arrays, set_arrays
@@ -10,7 +12,7 @@ from fedapp.params import get_arrays, set_arrays
 class LGFedAvgClient(FedAppClient):
     """Puts the global head on its own model, trains all of it, uploads the head."""
 
-    def _model(self, head_arrays: Arrays):
+    def _model(self, head_arrays: Arrays) -> nn.Module:
         model = self.load_personal_model()
         set_arrays(model.head, head_arrays)
         return model
@@ -21,7 +23,6 @@ class LGFedAvgClient(FedAppClient):
         self.save_personal_model(model)
         return get_arrays(model.head), result.num_examples, self.fit_metrics(result, self.model_step_flops())
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        # The personal model keeps the head it trained last; the global head is evaluated too.
-        result = self.test_model(self._model(parameters))
-        return result.loss, result.num_examples, self.eval_metrics(result)
+    def inference_module(self, parameters: Arrays) -> nn.Module:
+        # The personal representation under the global head.
+        return self._model(parameters)

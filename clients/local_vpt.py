@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
-from fedapp.models.vpt import VisualPrompts
+from fedapp.models.vpt import PromptedViT, VisualPrompts
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
 
 
@@ -24,5 +24,5 @@ class LocalVPTClient(VisualPromptClient):
         self.store.save("prompts", state_to_named_arrays(model.prompts))
         return [], len(self.data.train), metrics
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        return self.evaluate_prompted(self.prompted(self._own_learner()))
+    def inference_module(self, parameters: Arrays) -> PromptedViT:
+        return self.prompted(self._own_learner())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 from fedapp.methods import mutual
 from fedapp.params import get_arrays, set_arrays
-from fedapp.training import LossFn
+from fedapp.training import EvalResult, LossFn
 
 
 class MutualClient(FedAppClient):
@@ -15,9 +17,13 @@ class MutualClient(FedAppClient):
     def loss(self) -> LossFn:
         raise NotImplementedError
 
-    def _pair(self, shared_arrays: Arrays) -> mutual.MutualPair:
+    def _shared(self, shared_arrays: Arrays) -> nn.Module:
         shared = self.new_model(self.config.shared_model)
         set_arrays(shared, shared_arrays)
+        return shared
+
+    def _pair(self, shared_arrays: Arrays) -> mutual.MutualPair:
+        shared = self._shared(shared_arrays)
         return mutual.MutualPair(self.load_personal_model(), shared)
 
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
@@ -27,8 +33,11 @@ class MutualClient(FedAppClient):
         flops = self.model_step_flops() + self.model_step_flops(self.config.shared_model)
         return get_arrays(pair.shared), result.num_examples, self.fit_metrics(result, flops)
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        pair = self._pair(parameters)
-        result = self.test_model(pair.local)
-        shared = self.test_model(pair.shared)
-        return result.loss, result.num_examples, {**self.eval_metrics(result), "shared_accuracy": shared.accuracy}
+    def inference_module(self, parameters: Arrays) -> nn.Module:
+        # The private model is what the client predicts with; the shared one is scored beside it.
+        return self.load_personal_model()
+
+    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+        result = self.test_model(module)
+        shared = self.test_model(self._shared(parameters))
+        return result, {"shared_accuracy": shared.accuracy}

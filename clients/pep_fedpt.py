@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
+from torch import Tensor, nn
 
 from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
@@ -12,6 +14,22 @@ from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
 
 
+class PriorMixer(nn.Module):
+    """:func:`~fedapp.methods.pep_fedpt.ccmp_mixer` as a module, so that the global prototypes
+    and this client's label prior are named buffers of the model it predicts with (and exports)."""
+
+    def __init__(self, prototypes: np.ndarray, present: np.ndarray, prior: Tensor, temperature: float, layers: int):
+        super().__init__()
+        self.register_buffer("prototypes", torch.as_tensor(prototypes, dtype=torch.float32).clone())
+        self.register_buffer("present", torch.as_tensor(present, dtype=torch.float32).clone())
+        self.register_buffer("prior", prior.detach().to(torch.float32).clone())
+        self.temperature = temperature
+        self.layers = layers
+
+    def forward(self, j: int, cls: Tensor) -> Tensor:
+        return ccmp_mixer(self.prototypes, self.present, self.prior, self.temperature, self.layers)(j, cls)
+
+
 class PEPFedPTClient(VisualPromptClient):
     """PEP-FedPT: global prompts mixed per sample with this client's label prior.
 
@@ -19,14 +37,18 @@ class PEPFedPTClient(VisualPromptClient):
     and the only client-specific input, the prior, is recomputed from the labels.
     """
 
+    def _prior(self) -> Tensor:
+        counts = self.data.label_counts()
+        if counts.sum() == 0:
+            # No training labels (a model rebuilt for inference, fedapp.inference): a uniform
+            # prior, which a client's exported one replaces.
+            return torch.full((self.data.num_classes,), 1.0 / self.data.num_classes)
+        return class_prior(counts)
+
     def _model(self, parameters: Arrays) -> PromptedViT:
         learner = self.learner(parameters[:-2])
-        mixer = ccmp_mixer(
-            parameters[-2],
-            parameters[-1],
-            class_prior(self.data.label_counts()),
-            self.config.ccmp_temperature,
-            num_layers=len(learner.class_layers),
+        mixer = PriorMixer(
+            parameters[-2], parameters[-1], self._prior(), self.config.ccmp_temperature, len(learner.class_layers)
         )
         return self.prompted(learner, mixer)
 
@@ -43,5 +65,5 @@ class PEPFedPTClient(VisualPromptClient):
         )
         return [*get_arrays(model.prompts), means, counts.astype(np.int64)], len(self.data.train), metrics
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        return self.evaluate_prompted(self._model(parameters))
+    def inference_module(self, parameters: Arrays) -> PromptedViT:
+        return self._model(parameters)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 from fedapp.flops import train_step_flops
@@ -41,6 +43,5 @@ class PerClassClient(FedAppClient):
         step = self.model_step_flops() + train_step_flops(frozen_off_path=self.model_forward_flops())
         return [means, counts], result.num_examples, self.fit_metrics(result, step, epochs)
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        result = self.test_model(self.load_personal_model())
-        return result.loss, result.num_examples, self.eval_metrics(result)
+    def inference_module(self, parameters: Arrays) -> nn.Module:
+        return self.load_personal_model()

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 from fedapp.methods import pfedlora
 from fedapp.params import get_arrays, set_arrays
-from fedapp.training import evaluate
+from fedapp.training import EvalResult, evaluate
 
 
 class PFedLoRAClient(FedAppClient):
     """Trains its own CNN with the frozen global adapter, then the adapter; uploads the adapter."""
 
-    def _net(self, adapter_arrays: Arrays) -> pfedlora.ModelWithAdapter:
-        model = self.load_personal_model()
+    def _net(self, adapter_arrays: Arrays, model: nn.Module | None = None) -> pfedlora.ModelWithAdapter:
+        model = self.load_personal_model() if model is None else model
         adapter = pfedlora.LowRankAdapter(
             model.feature_dim,
             self.config.adapter_hidden,
@@ -36,8 +38,12 @@ class PFedLoRAClient(FedAppClient):
         metrics.update(adapter_loss=result.adapter_step.loss, personal_rounds=rounds)
         return get_arrays(net.adapter), result.model_step.num_examples, metrics
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        net = self._net(parameters)
-        result = self.test_model(net.model)
+    def inference_module(self, parameters: Arrays) -> nn.Module:
+        # The personal model alone is scored (and exported); the adapter's head is scored beside it.
+        return self.load_personal_model()
+
+    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+        result = self.test_model(module)
+        net = self._net(parameters, module)
         adapter = evaluate(net, self.data.test, device=self.device, forward=lambda n, x: n.adapter_logits(x))
-        return result.loss, result.num_examples, {**self.eval_metrics(result), "adapter_accuracy": adapter.accuracy}
+        return result, {"adapter_accuracy": adapter.accuracy}

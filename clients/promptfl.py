@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from clients.text_prompt import PromptClient
 from fedapp.aggregation import Arrays
+from fedapp.methods import text_prompts as prompts
+from fedapp.models.text_prompt import PromptTextEncoder
 
 
 class PromptFLClient(PromptClient):
@@ -14,6 +16,5 @@ class PromptFLClient(PromptClient):
         result = self.train_model(self.classifier(context), int(config["server-round"]), data=self.features("train"))
         return self.context_arrays(context), result.num_examples, self.fit_metrics(result)
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        context = self.context(parameters[0], self.config.prompt_length)
-        return self.evaluate_classifier(lambda encoder: self.classifier(context, encoder))
+    def prompt_classifier(self, parameters: Arrays, encoder: PromptTextEncoder) -> prompts.PromptClassifier:
+        return self.classifier(self.context(parameters[0], self.config.prompt_length), encoder)

@@ -49,5 +49,5 @@ class SDFedClient(PromptClient):
         metrics = {**self.fit_metrics(result), "local_prompt_length": self.local_length}
         return self.context_arrays(model.global_context), result.num_examples, metrics
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        return self.evaluate_classifier(lambda encoder: self._classifier(parameters[0], encoder))
+    def prompt_classifier(self, parameters: Arrays, encoder: PromptTextEncoder) -> SDFedClassifier:
+        return self._classifier(parameters[0], encoder)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torch import nn
+
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 
@@ -15,6 +17,5 @@ class StandaloneClient(FedAppClient):
         rounds = self.save_personal_model(model)
         return [], result.num_examples, {**self.fit_metrics(result, self.model_step_flops()), "personal_rounds": rounds}
 
-    def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
-        result = self.test_model(self.load_personal_model())
-        return result.loss, result.num_examples, self.eval_metrics(result)
+    def inference_module(self, parameters: Arrays) -> nn.Module:
+        return self.load_personal_model()

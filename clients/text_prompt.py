@@ -8,7 +8,6 @@ contexts train, through the frozen text encoder.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -19,9 +18,9 @@ from fedapp.aggregation import Arrays
 from fedapp.config import client_clip_model_names
 from fedapp.methods import text_prompts as prompts
 from fedapp.models import LoadedClip, load_open_clip
-from fedapp.models.image_features import ImageFeatureCache
+from fedapp.models.image_features import ImageClassifier, ImageFeatureCache, clip_image_batch
 from fedapp.models.text_prompt import PromptContext, PromptTextEncoder
-from fedapp.training import TensorData
+from fedapp.training import EvalResult, TensorData
 
 # One per worker process: features of every client this worker has served.
 FEATURES = ImageFeatureCache()
@@ -72,15 +71,33 @@ class PromptClient(FedAppClient):
         encoder = self.encoder if encoder is None else encoder
         return prompts.PromptClassifier(encoder, context, self.clip.model.logit_scale)
 
-    def evaluate_classifier(self, build: Callable[[PromptTextEncoder], nn.Module]) -> tuple[float, int, dict]:
-        """Test the classifier ``build`` makes over the client's classes; under base-to-novel
+    def prompt_classifier(self, parameters: Arrays, encoder: PromptTextEncoder) -> nn.Module:
+        """The method's classifier of image features over ``encoder``'s classes, from the
+        global ``parameters`` and the client's own prompts."""
+        raise NotImplementedError
+
+    def inference_module(self, parameters: Arrays) -> ImageClassifier:
+        return ImageClassifier(self.clip, self.prompt_classifier(parameters, self.encoder))
+
+    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+        """Test the classifier on the cached features of the client's classes; under base-to-novel
         also over the novel classes it never trained on (their names are new prompts)."""
-        result = self.test_model(build(self.encoder), self.features("test"))
-        metrics = self.eval_metrics(result)
-        if self.data.novel_class_names:
-            novel_encoder = _encoder(self.clip, self.data.novel_class_names)
-            metrics["novel_accuracy"] = self.test_model(build(novel_encoder), self.features("test_novel")).accuracy
-        return result.loss, result.num_examples, metrics
+        result = self.test_model(module.classifier, self.features("test"))
+        if not self.data.novel_class_names:
+            return result, {}
+        novel = self.prompt_classifier(parameters, _encoder(self.clip, self.data.novel_class_names))
+        return result, {"novel_accuracy": self.test_model(novel, self.features("test_novel")).accuracy}
+
+    def input_batch(self, images_uint8: np.ndarray) -> torch.Tensor:
+        """Images as the backbone reads them: resized to its input size, normalised with its statistics."""
+        return clip_image_batch(images_uint8, self.clip)
+
+    @property
+    def architecture(self) -> str:
+        return self.clip_model_name
+
+    def frozen_backbone(self) -> nn.Module:
+        return self.clip.model
 
     @staticmethod
     def context_arrays(context: PromptContext) -> Arrays:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
+from torch import nn
 
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
@@ -20,7 +22,7 @@ from fedapp.models import LoadedClip, load_open_clip
 from fedapp.models.image_features import ImageFeatureCache, clip_image_batch
 from fedapp.models.vpt import ClassMixer, PromptedViT, VisualPrompts, vit_forward_flops
 from fedapp.params import set_arrays
-from fedapp.training import TensorData
+from fedapp.training import EvalResult, TensorData
 
 # One per worker process, keyed by (run config, partition, split, kind).
 INPUTS = ImageFeatureCache()
@@ -45,7 +47,7 @@ class VisualPromptClient(FedAppClient):
             (self.config, self.partition_id, split, "images"),
             self.clip,
             images.images,
-            encode=lambda raw: clip_image_batch(raw, self.clip, resize=False),
+            encode=self.input_batch,
         )
         return TensorData(x=x, y=torch.as_tensor(images.labels, dtype=torch.long))
 
@@ -69,6 +71,17 @@ class VisualPromptClient(FedAppClient):
         step = train_step_flops(trained=head, frozen_on_path=forward - head)
         return self.fit_metrics(result, sample_flops=step)
 
-    def evaluate_prompted(self, model: PromptedViT) -> tuple[float, int, dict]:
-        result = self.test_model(model, self.images("test"))
-        return result.loss, result.num_examples, self.eval_metrics(result)
+    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+        return self.test_model(module, self.images("test")), {}
+
+    def input_batch(self, images_uint8: np.ndarray) -> torch.Tensor:
+        """Images normalised with the backbone's statistics, at their own size (the prompted
+        model resizes them to its input size, as it does the client's own)."""
+        return clip_image_batch(images_uint8, self.clip, resize=False)
+
+    @property
+    def architecture(self) -> str:
+        return self.config.clip_model
+
+    def frozen_backbone(self) -> nn.Module:
+        return self.clip.model

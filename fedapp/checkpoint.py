@@ -33,7 +33,19 @@ FILENAME = "checkpoint.npz"
 #: Keys that may differ between the stopped run and its continuation: they do
 #: not change what the remaining rounds compute.
 RESUMABLE_CHANGES = frozenset(
-    {"num-rounds", "resume", "results-dir", "device", "target-accuracy", "preset", "traceback", "cache-dir"}
+    {
+        "num-rounds",
+        "resume",
+        "results-dir",
+        "device",
+        "target-accuracy",
+        "preset",
+        "traceback",
+        "cache-dir",
+        "tracker",
+        "tracking-uri",
+        "export-models",
+    }
 )
 
 META_KEYS = frozenset({"format", "round", "config", "num_global_arrays", "state_names", "totals", "records", "rng"})

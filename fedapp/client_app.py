@@ -18,7 +18,6 @@ import functools
 import logging
 import os
 import random
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from fedapp.errors import ConfigError
 from fedapp.flower.privacy import dp_clipping_mod
 from fedapp.flower.secure_aggregation import secagg_client_mod
 from fedapp.registry import client_class
-from fedapp.state import DiskStateStore, MemoryStateStore, StateStore
+from fedapp.state import DiskStateStore, MemoryStateStore, StateStore, on_supernode
 from fedapp.training import select_device
 
 
@@ -60,12 +59,6 @@ NODE_WRITE_KEYS = ("state-dir", "cache-dir")
 def default_state_root() -> str:
     """A SuperNode's state root when its node config names none: ``$XDG_STATE_HOME/fedapp``."""
     return str(Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "fedapp")
-
-
-def on_supernode() -> bool:
-    """Whether this process is a SuperNode's ClientApp process (``flwr-clientapp``), as
-    opposed to a simulation worker or a script that builds clients itself."""
-    return Path(sys.argv[0]).name == "flwr-clientapp"
 
 
 def node_view(config: RunConfig, node_config: Mapping[str, Any], supernode: bool) -> RunConfig:

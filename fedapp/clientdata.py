@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -113,23 +114,45 @@ def check_class_agreement(data: ClientData, server_names: str | None) -> None:
     )
 
 
-def _source_key(config: RunConfig) -> tuple:
-    keys = ("dataset", "data-dir", "hf-name", "image-size", "download", "cache-dir")
-    return tuple(config[k] for k in keys)
+class Source(NamedTuple):
+    """Everything the decoded source arrays depend on: the key of every in-process cache of them."""
+
+    dataset: str
+    data_dir: str
+    hf_name: str
+    hf_image_column: str
+    hf_label_column: str
+    image_size: int
+    download: bool
+    cache_dir: str
+
+
+def _source(config: RunConfig, data_dir: str | None = None) -> Source:
+    """The configured source, or ``data_dir`` in place of its ``data-dir``."""
+    return Source(
+        dataset=str(config.dataset),
+        data_dir=str(data_dir or config.data_dir),
+        hf_name=str(config.hf_name),
+        hf_image_column=str(config.hf_image_column),
+        hf_label_column=str(config.hf_label_column),
+        image_size=int(config.image_size),
+        download=bool(config.download),
+        cache_dir=str(config.cache_dir),
+    )
 
 
 @functools.lru_cache(maxsize=4)
-def _load_cached(
-    dataset: str, data_dir: str, hf_name: str, image_size: int, download: bool, cache_dir: str, split: str
-) -> ArrayDataset:
+def _load_cached(source: Source, split: str) -> ArrayDataset:
     return load_source(
-        dataset,
-        data_dir=data_dir,
-        image_size=image_size,
-        download=download,
-        hf_name=hf_name,
+        source.dataset,
+        data_dir=source.data_dir,
+        image_size=source.image_size,
+        download=source.download,
+        hf_name=source.hf_name,
+        hf_image_column=source.hf_image_column,
+        hf_label_column=source.hf_label_column,
         split=split,
-        cache_dir=cache_dir,
+        cache_dir=source.cache_dir,
     )
 
 
@@ -140,15 +163,14 @@ def load_dataset(config: RunConfig, split: str = "train", data_dir: str | None =
     With ``reserve-pretrain``/``reserve-test`` set, the configured source's train split
     is its federated part only: the reserved images never reach a client.
     """
-    dataset, default_dir, hf_name, image_size, download, cache_dir = _source_key(config)
-    source_key = (str(dataset), str(data_dir or default_dir), str(hf_name), int(image_size), bool(download))
+    source = _source(config, data_dir)
     if split == "train" and data_dir is None:
         synthetic = config.synthetic_domains
         if synthetic:
-            return _synthetic_cached(*source_key, str(cache_dir), synthetic, config.seed)
-        if _reserves(config):
-            return _reserved_cached(*source_key, str(cache_dir), *_reserves(config), "federated")
-    return _load_cached(*source_key, str(cache_dir), split)
+            return _synthetic_cached(source, synthetic, config.seed)
+        if reserves := _reserves(config):
+            return _reserved_cached(source, *reserves, "federated")
+    return _load_cached(source, split)
 
 
 def _reserves(config: RunConfig) -> tuple[float, float, int] | None:
@@ -157,21 +179,10 @@ def _reserves(config: RunConfig) -> tuple[float, float, int] | None:
 
 
 @functools.lru_cache(maxsize=2)
-def _reserved_cached(
-    dataset: str,
-    data_dir: str,
-    hf_name: str,
-    image_size: int,
-    download: bool,
-    cache_dir: str,
-    pretrain: float,
-    test: float,
-    reserve_seed: int,
-    part: str,
-) -> ArrayDataset:
-    source = _load_cached(dataset, data_dir, hf_name, image_size, download, cache_dir, "train")
-    parts = reserve_parts(source.labels, pretrain=pretrain, test=test, seed=reserve_seed)
-    return subset(source, getattr(parts, part))
+def _reserved_cached(source: Source, pretrain: float, test: float, reserve_seed: int, part: str) -> ArrayDataset:
+    whole = _load_cached(source, "train")
+    parts = reserve_parts(whole.labels, pretrain=pretrain, test=test, seed=reserve_seed)
+    return subset(whole, getattr(parts, part))
 
 
 def shared_test_pool(config: RunConfig) -> tuple[ArrayDataset, str] | None:
@@ -180,9 +191,7 @@ def shared_test_pool(config: RunConfig) -> tuple[ArrayDataset, str] | None:
     tests on a split of its own data."""
     reserves = _reserves(config)
     if reserves and reserves[1]:
-        dataset, data_dir, hf_name, image_size, download, cache_dir = _source_key(config)
-        key = (str(dataset), str(data_dir), str(hf_name), int(image_size), bool(download), str(cache_dir))
-        return _reserved_cached(*key, *reserves, "test"), "the reserve-test part of the source"
+        return _reserved_cached(_source(config), *reserves, "test"), "the reserve-test part of the source"
     external = config.test_data_dir
     if external:
         return load_dataset(config, split="test", data_dir=external), f"test-data-dir {external!r}"
@@ -190,13 +199,10 @@ def shared_test_pool(config: RunConfig) -> tuple[ArrayDataset, str] | None:
 
 
 @functools.lru_cache(maxsize=2)
-def _synthetic_cached(
-    dataset: str, data_dir: str, hf_name: str, image_size: int, download: bool, cache_dir: str, count: int, seed: int
-) -> ArrayDataset:
+def _synthetic_cached(source: Source, count: int, seed: int) -> ArrayDataset:
     from fedapp.data.domains import synthetic_domains  # noqa: PLC0415 - only runs with synthetic domains need it
 
-    source = _load_cached(dataset, data_dir, hf_name, image_size, download, cache_dir, "train")
-    return synthetic_domains(source, count, seed)
+    return synthetic_domains(_load_cached(source, "train"), count, seed)
 
 
 def partition(config: RunConfig, source: ArrayDataset, num_partitions: int) -> list[np.ndarray]:

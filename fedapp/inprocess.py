@@ -48,9 +48,14 @@ class InProcessClients:
 
 def run_in_process(overrides: Mapping[str, Any], *, record: bool = False) -> FedAppStrategy:
     """Run the configured federation here; the strategy's :attr:`~FedAppStrategy.history`
-    holds every round's metrics (and with ``record`` the run folder is written too)."""
+    holds every round's metrics (and with ``record`` the run folder is written too, its
+    folder released and its tracker's run ended when the run ends, or fails)."""
     config = resolve_run_config(dict(overrides))
     strategy = build_strategy(config, record=record)
-    pool = InProcessClients(overrides)
-    drive_rounds(strategy, pool, stand_in_manager(config.num_partitions), config.num_rounds)
+    try:
+        pool = InProcessClients(overrides)
+        drive_rounds(strategy, pool, stand_in_manager(config.num_partitions), config.num_rounds)
+    finally:
+        if strategy.recorder is not None:
+            strategy.recorder.close()
     return strategy

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import numpy as np
 import yaml
@@ -89,32 +89,17 @@ def first_reaching(accuracies: Sequence[float], target: float) -> int | None:
     return next((i for i, accuracy in enumerate(accuracies) if accuracy >= target), None)
 
 
-def save_accuracy_figure(path: Path, panels: Sequence[tuple[str, str, Sequence[tuple]]], title: str = "") -> Path:
-    """One PNG with a panel per ``(title, xlabel, curves)``; a curve is ``(xs, ys, label, linestyle)``.
+def save_accuracy_figure(path: Path, panels: Sequence[Any], title: str = "") -> Path:
+    """One PNG with a panel per entry of ``panels``: a :class:`fedapp.data.figures.Panel`
+    (integer round ticks, a log MB axis, std bands, a target line), or ``(title, xlabel,
+    curves)`` with ``(xs, ys, label, linestyle)`` curves on plain axes.
 
-    Accuracy on a 0..1 axis, a light grid and a legend in every panel: the run's own
-    plots and the comparison report (:mod:`fedapp.report`) look alike.
+    The run's own plots and the comparison report (:mod:`fedapp.report`) draw with the same
+    :func:`fedapp.data.figures.curves_figure`, so they look alike.
     """
-    import matplotlib  # noqa: PLC0415 - plotting is only needed at the end of a run
+    from fedapp.data.figures import as_panel, curves_figure, save_figure  # noqa: PLC0415 - matplotlib at the end only
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5 + 0.5 * (len(panels) > 1)), dpi=100)
-    for ax, (panel_title, xlabel, curves) in zip(np.atleast_1d(axes), panels, strict=True):
-        for xs, ys, label, linestyle in curves:
-            ax.plot(xs, ys, linestyle=linestyle, marker="o" if linestyle == "-" else None, markersize=3, label=label)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("accuracy")
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=7)
-        ax.set_title(panel_title or title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(curves_figure([as_panel(panel) for panel in panels], title), path)
 
 
 def progress_line(record: RoundRecord, num_rounds: int) -> str:
@@ -234,6 +219,23 @@ def check_writable_folders(config: Mapping[str, Any], *, results: bool = True) -
             )
 
 
+class RunObserver(Protocol):
+    """Something that follows a run as its recorder writes it (an experiment tracker,
+    :mod:`fedapp.tracking`): the recorder calls these in order, once per run or round."""
+
+    def log_round(self, record: RoundRecord) -> None:
+        """A round has been appended to ``metrics.jsonl``."""
+        ...
+
+    def log_files(self, paths: Sequence[Path]) -> None:
+        """The run ended; ``paths`` are its result files (summary, plots, models ...)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the observer holds (also when the run fails)."""
+        ...
+
+
 class RunRecorder:
     """Writes a run's results folder as rounds complete.
 
@@ -264,6 +266,8 @@ class RunRecorder:
         self.records: list[RoundRecord] = []
         # Run-level fields a wrapper adds to summary.json (e.g. the privacy budget, fedapp.flower.privacy).
         self.summary_extra: dict[str, Any] = {}
+        # Followers of the run (experiment trackers); metrics.jsonl stays the source of truth.
+        self.observers: list[RunObserver] = []
         self.metrics_path = self.directory / "metrics.jsonl"
         if fresh:
             self._write_config()
@@ -275,7 +279,9 @@ class RunRecorder:
         (self.directory / "config.yaml").write_text(yaml.safe_dump(self.config, sort_keys=True))
 
     def close(self) -> None:
-        """Release the folder's lock (also released when the process ends)."""
+        """Release the folder's lock (also released when the process ends) and the observers."""
+        for observer in self.observers:
+            observer.close()
         release_folder(self.directory)
 
     def restore(self, records: list[RoundRecord]) -> None:
@@ -290,6 +296,16 @@ class RunRecorder:
         with self.metrics_path.open("a") as handle:
             handle.write(record.to_json() + "\n")
         self.write_summary()
+        for observer in self.observers:
+            observer.log_round(record)
+
+    def finish(self) -> list[Path]:
+        """After the last round: draw the plots and hand every result file to the observers."""
+        self.write_plots()
+        files = sorted(path for path in self.directory.rglob("*") if path.is_file() and path.name != LOCK_FILE)
+        for observer in self.observers:
+            observer.log_files(files)
+        return files
 
     def summary(self) -> dict[str, Any]:
         if not self.records:
@@ -330,21 +346,13 @@ class RunRecorder:
         (self.directory / "summary.json").write_text(json.dumps(self.summary(), indent=2))
 
     def write_plots(self) -> list[Path]:
-        """Accuracy against round and against MB communicated, as PNG files."""
-        if not self.records:
-            return []
-        curves = [([r.acc_mean for r in self.records], "mean client acc", "-")]
-        curves.append(([r.acc_worst for r in self.records], "worst client acc", "--"))
-        if any(r.global_acc is not None for r in self.records):
-            curves.append(([np.nan if r.global_acc is None else r.global_acc for r in self.records], "global acc", ":"))
-        paths = []
-        for xs, xlabel, name in (
-            ([r.round for r in self.records], "round", "accuracy_vs_round.png"),
-            ([r.mb_cumulative for r in self.records], "MB communicated", "accuracy_vs_mb.png"),
-        ):
-            panel = ("", xlabel, [(xs, ys, label, style) for ys, label, style in curves])
-            paths.append(save_accuracy_figure(self.directory / name, [panel], title=self.directory.name))
-        return paths
+        """The run's figures as PNG files (:func:`fedapp.data.figures.run_figures`): accuracy
+        (mean ± std, worst, global) and loss per round, and accuracy against MB communicated."""
+        from fedapp.data.figures import run_figures, save_figure  # noqa: PLC0415 - matplotlib at the end only
+
+        rows = [json.loads(record.to_json()) for record in self.records]
+        figures = run_figures(rows, self.config, self.target_accuracy, self.directory.name)
+        return [save_figure(figure, self.directory / name) for name, figure in figures.items()]
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 from fedapp.catalog import CATALOG, MethodSpec
+from fedapp.config.schema import did_you_mean
 from fedapp.errors import ConfigError
 
 
@@ -23,7 +24,9 @@ def method_spec(method: str) -> MethodSpec:
     try:
         return CATALOG[method]
     except KeyError:
-        raise ConfigError(f"config key 'method' = {method!r} is not one of: {', '.join(CATALOG)}") from None
+        raise ConfigError(
+            f"config key 'method' = {method!r} is not one of: {', '.join(CATALOG)}{did_you_mean(method, CATALOG)}"
+        ) from None
 
 
 def strategy_class(method: str) -> type:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from flwr.common import Context
+from flwr.common.logger import update_console_handler
 from flwr.server import ClientManager, Grid, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
 from flwr.server.compat import start_grid
 from flwr.server.strategy import Strategy
@@ -18,6 +21,7 @@ from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.secure_aggregation import run_secagg
 from fedapp.metrics import check_clients_trained, release_folder
 from fedapp.registry import strategy_class
+from fedapp.tracking import check_tracker_installed
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -26,8 +30,11 @@ def build_strategy(config: RunConfig, *, record: bool = True):
     """The configured method's strategy, after the data has been checked.
 
     Loading and partitioning the source here means a missing folder, a corrupt
-    image or an empty client stops the run before any client trains.
+    image or an empty client stops the run before any client trains; a tracker whose
+    package is missing stops it before the data is loaded.
     """
+    if record:
+        check_tracker_installed(config)
     return strategy_class(config.method).from_config(config, record=record)
 
 
@@ -130,6 +137,87 @@ def show_errors_as_one_line(run_config: Mapping[str, Any]) -> None:
         flower_log.addFilter(OneLineErrors())
 
 
+# Flower's legacy server logs these INFO records around every round: our progress line says it all.
+_FLOWER_BOOKKEEPING = frozenset(
+    {
+        "",  # blank lines between Flower's sections
+        "[INIT]",
+        "[ROUND %s]",  # counted from 1, also in a run resumed after its checkpoint's rounds
+        "[SUMMARY]",
+        "Starting Flower ServerApp, config: %s",  # the rounds left, not the run's num-rounds
+        "Using initial global parameters provided by strategy",
+        "Starting evaluation of initial global parameters",
+        "Evaluation returned no results (`None`)",  # every method evaluates on the clients, by design
+        "configure_fit: strategy sampled %s clients (out of %s)",
+        "configure_evaluate: strategy sampled %s clients (out of %s)",
+    }
+)
+# Kept only when some client failed: "received 10 results and 0 failures" is no news.
+_FLOWER_FAILURE_COUNTS = frozenset(
+    {"aggregate_fit: received %s results and %s failures", "aggregate_evaluate: received %s results and %s failures"}
+)
+_FLOWER_RUN_FINISHED = "Run finished %s round(s) in %.2fs"
+
+
+class QuietFlowerLog(logging.Filter):
+    """Flower's per-round bookkeeping left out of the ServerApp's log, where our one progress
+    line per round (:mod:`fedapp.flower.progress`) and the run's ``done:`` line say what happened.
+
+    Dropped, at INFO only (every warning and error stays): the section headers and blank
+    lines, the sampling lines, "received N results and 0 failures" (kept when a client
+    failed), the start-up lines about initial parameters and a server-side evaluation that no
+    method does, and after the run its "Run finished" line with the ``History`` dump of
+    every round's losses and metrics (all in ``metrics.jsonl``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__("fedapp-quiet-flower-log")
+        self.in_history = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.msg
+        if record.levelno != logging.INFO or not isinstance(text, str):
+            return True
+        if text == _FLOWER_RUN_FINISHED:
+            self.in_history = True  # the History dump follows, one record per line, up to a blank one
+            return False
+        if self.in_history and text in ("\t%s", "%s"):
+            return False
+        self.in_history = False
+        if text in _FLOWER_FAILURE_COUNTS:
+            return bool(isinstance(record.args, tuple) and len(record.args) == 2 and record.args[1])
+        return text not in _FLOWER_BOOKKEEPING
+
+
+#: The start of the FutureWarning Ray gives when its driver starts: a note about a future
+#: default, for Ray's users; Flower sets the devices of its workers itself.
+RAY_ACCELERATOR_TIP = "Tip: In future versions of Ray, Ray will no longer override accelerator"
+
+
+def hide_ray_accelerator_tip() -> None:
+    """Ignore Ray's :data:`RAY_ACCELERATOR_TIP` FutureWarning in this process (only that one).
+
+    Setting the variable it names instead would change which GPUs a client without one sees.
+    """
+    warnings.filterwarnings("ignore", message=RAY_ACCELERATOR_TIP, category=FutureWarning)
+
+
+def quiet_flower_log() -> None:
+    """Install :class:`QuietFlowerLog` on Flower's logger (once per process), uncoloured when
+    ``NO_COLOR`` is set; ``FLWR_LOG_LEVEL=DEBUG`` keeps Flower's whole log."""
+    if os.environ.get("NO_COLOR"):
+        update_console_handler(colored=False)
+    if os.environ.get("FLWR_LOG_LEVEL", "").upper() == "DEBUG":
+        return
+    flower_log = logging.getLogger("flwr")
+    if not any(isinstance(f, QuietFlowerLog) for f in flower_log.filters):
+        flower_log.addFilter(QuietFlowerLog())
+
+
+# At import: Ray's driver starts in this process while the ServerApp is still loading.
+hide_ray_accelerator_tip()
+
+
 def make_server_fn(overrides: Mapping[str, Any] | None = None):
     """A ``server_fn`` whose run config is Flower's, with ``overrides`` on top."""
 
@@ -150,6 +238,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        quiet_flower_log()
         show_errors_as_one_line({**context.run_config, **(overrides or {})})
         config = resolve_run_config({**context.run_config, **(overrides or {})})
         components = server_components(config)
@@ -160,6 +249,11 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
             else:  # what Flower's compatibility mode does with a server_fn's components
                 start_grid(grid=grid, server=components.server, config=components.config)
         finally:
+            # Closing the recorder ends its tracker's run (FAILED unless the last round finished it);
+            # a DP wrapper hands on the recorder of the strategy it wraps.
+            recorder = getattr(components.server.strategy, "recorder", None)
+            if recorder is not None:
+                recorder.close()
             release_folder(run_dir)
         check_clients_trained(run_dir)
 

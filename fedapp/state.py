@@ -10,6 +10,7 @@ memory between rounds and survive a process or SuperLink restart.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import zipfile
 from collections.abc import MutableMapping
@@ -21,6 +22,13 @@ import numpy as np
 from fedapp.errors import StateError
 
 StateArrays = dict[str, np.ndarray]
+
+
+def on_supernode() -> bool:
+    """Whether this process is a SuperNode's ClientApp process (``flwr-clientapp``), as
+    opposed to a simulation worker or a script that builds clients itself: on a SuperNode
+    the node decides where it writes (its state, its exported models)."""
+    return Path(sys.argv[0]).name == "flwr-clientapp"
 
 
 class StateStore(Protocol):

@@ -32,6 +32,9 @@ class FedD2PStrategy(PerClassStrategy):
     """Sends ``[knowledge (classes, classes), present (classes,)]``; receives
     ``[per-class soft labels (classes, classes), class counts (classes,)]``."""
 
+    #: The per-class distributions sent back (FedD2P-agg: the pooled soft labels themselves).
+    statistic_name = "class_knowledge"
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.config.method != "fedd2p-agg":

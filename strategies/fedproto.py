@@ -10,5 +10,7 @@ from strategies.per_class import PerClassStrategy
 class FedProtoStrategy(PerClassStrategy):
     """Prototype aggregation (Tan et al., 2022)."""
 
+    statistic_name = "prototypes"
+
     def statistic_dim(self) -> int:
         return require_same_feature_dim(client_model_names(self.config), self.num_classes, "fedproto")

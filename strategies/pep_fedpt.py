@@ -4,6 +4,7 @@ momentum-smoothed global class prototypes."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from fedapp.aggregation import Arrays, weighted_average
 from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
@@ -31,6 +32,12 @@ class PEPFedPTStrategy(FedAppStrategy):
             np.zeros((self.num_classes, prototype_width), np.float32),
             np.zeros(self.num_classes, np.float32),
         ]
+
+    def global_array_names(self) -> list[str]:
+        # Building draws initial weights: naming them must not move the run's random streams.
+        with torch.random.fork_rng(devices=[]):
+            learner = build_visual_prompts(self.config, self.num_classes)
+        return [*learner.state_dict(), "class_prototypes", "class_present"]
 
     def expected_update(self) -> Arrays:
         return [*self._global[:-1], np.zeros(self.num_classes, np.int64)]

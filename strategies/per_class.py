@@ -17,6 +17,11 @@ class PerClassStrategy(FedAppStrategy):
     previous value."""
 
     has_global_model = False
+    #: Name of the merged statistic in the exported ``models/global.safetensors``.
+    statistic_name = "class_means"
+
+    def global_array_names(self) -> list[str]:
+        return [self.statistic_name, "class_present"]
 
     def statistic_dim(self) -> int:
         """Width of one class's statistic."""

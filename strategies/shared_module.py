@@ -6,6 +6,7 @@ FML and FedKD the shared small model. They differ only in which module that is.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -29,6 +30,16 @@ class SharedModuleStrategy(FedAppStrategy):
     def initial_arrays(self) -> Arrays:
         torch.manual_seed(self.config.seed)
         return get_arrays(self.build_shared_module())
+
+    def global_array_names(self) -> list[str]:
+        """The shared module's ``state_dict`` names (:meth:`initial_arrays`' order)."""
+        return list(self._shared_names)
+
+    @functools.cached_property
+    def _shared_names(self) -> tuple[str, ...]:
+        # Building draws initial weights: naming them must not move the run's random streams.
+        with torch.random.fork_rng(devices=[]):
+            return tuple(self.build_shared_module().state_dict())
 
     def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
         """The example-weighted mean, or the robust rule named by ``aggregation``."""

@@ -57,8 +57,10 @@ INTRO = (
     "The whole configuration is validated before any data is loaded: an unknown key, a wrong type, an "
     "out-of-range value, an unknown method, dataset or model, contradictory settings (the cross-key rules in "
     "`fedapp/config/rules.py`) or a missing path stops the run with one message that names the key and the "
-    "value, e.g. `config key 'alpha' = -1.0 must be > 0.0`. In code a validated configuration is a "
-    "`fedapp.config.RunConfig`, with one typed attribute per key: `num-rounds` is `config.num_rounds`.",
+    "value, e.g. `config key 'alpha' = -1.0 must be > 0.0`; a misspelt key or value also gets the name it "
+    "likely meant: `unknown config key 'num-round': did you mean 'num-rounds'?`. In code a validated "
+    "configuration is a `fedapp.config.RunConfig`, with one typed attribute per key: `num-rounds` is "
+    "`config.num_rounds`.",
     "In the tables, *default* is the value as `pyproject.toml` writes it and *allowed* is what a key accepts "
     "on its own; each section's notes name the main rules that tie its keys to others.",
 )
@@ -67,15 +69,17 @@ GROUPS: tuple[Group, ...] = (
     Group(
         "Run and data",
         _keys(
-            "preset method seed dataset data-dir test-data-dir hf-name download image-size local-split "
-            "reserve-pretrain reserve-test reserve-seed shots-per-class"
+            "preset method seed dataset data-dir test-data-dir hf-name hf-image-column hf-label-column download "
+            "image-size local-split reserve-pretrain reserve-test reserve-seed shots-per-class"
         ),
         (
             "`method` picks one of the methods, each with its page under *Methods*. `dataset`: `digits` is "
             "offline, bundled with scikit-learn; `imagefolder` reads a folder or `.tar.gz` with a subfolder per "
             "class (`data-dir`); `domains` a folder or `.tar.gz` with one ImageFolder subfolder per domain; "
             "`cifar10` and `cifar100` a torchvision root (`download = true` lets torchvision fetch it); `hf` a "
-            "Hugging Face dataset loaded through flwr-datasets (needs network).",
+            "Hugging Face dataset loaded through flwr-datasets (needs network): the images are its only `Image` "
+            "column and the labels its only `ClassLabel` column; where a split has several (CIFAR-100's "
+            "`fine_label` and `coarse_label`), `hf-label-column` (or `hf-image-column`) names the one to use.",
             "`test-data-dir` is an external test split: each client's test set is drawn from it with the client's "
             "label distribution. `reserve-pretrain` and `reserve-test` carve the source per class, seeded by "
             "`reserve-seed` only: a share the run never loads (kept for pretraining a backbone, see "
@@ -218,7 +222,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "Paths and state",
-        _keys("results-dir run-name cache-dir state state-dir"),
+        _keys("results-dir run-name cache-dir state state-dir tracker tracking-uri export-models"),
         (
             "A run writes its folder `results-dir/run-name`; a run name is one folder name (no `/`, `\\` or "
             "`..`), and an empty one is derived from the method, dataset, partition, a digest of every setting "
@@ -228,6 +232,12 @@ GROUPS: tuple[Group, ...] = (
             "faster: Flower ships a node's context to the worker with every message (see `benchmarks/scale.py`). "
             "On a SuperNode the node config's `state-dir` and `cache-dir` decide, never the run config's (see "
             "[Across machines](deployment.md#across-machines-tls-and-authenticated-supernodes)).",
+            "`tracker = mlflow` also logs the resolved configuration, every round's metrics and the run's files to "
+            "MLflow (`tracking-uri`, by default a SQLite database in `results-dir`); `tracker = tensorboard` writes "
+            "event files to the run folder's `tensorboard/`. Both need `pip install -e \".[tracking]\"`; "
+            "`metrics.jsonl` is written either way. `export-models` writes the global model and each evaluated "
+            "client's personal model as safetensors under the run folder's `models/` (see "
+            "[Results](results.md)).",
         ),
     ),
 )

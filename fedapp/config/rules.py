@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from fedapp.catalog import CATALOG, methods_where
 from fedapp.config.aggregation_rules import UPLOAD_RULES
 from fedapp.config.derived import client_clip_model_names, client_model_names, held_out_partitions, parse_local_split
-from fedapp.config.schema import DATASET_CLASSES, Scalar
+from fedapp.config.schema import DATASET_CLASSES, Scalar, did_you_mean
 from fedapp.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -133,12 +133,15 @@ def _check_model(config: RunConfig) -> None:
 
     for key, value in (("model", config.model), ("shared-model", config.shared_model)):
         if value not in MODEL_NAMES:
-            raise ConfigError(f"config key '{key}' = {value!r} is not one of: {', '.join(MODEL_NAMES)}")
+            raise ConfigError(
+                f"config key '{key}' = {value!r} is not one of: {', '.join(MODEL_NAMES)}"
+                f"{did_you_mean(value, MODEL_NAMES)}"
+            )
     for name in client_model_names(config):
         if name not in MODEL_NAMES:
             raise ConfigError(
                 f"config key 'client-models' = {config.client_models!r} names {name!r}, not one of: "
-                f"{', '.join(MODEL_NAMES)}"
+                f"{', '.join(MODEL_NAMES)}{did_you_mean(name, MODEL_NAMES)}"
             )
     mixed = len(set(client_model_names(config))) > 1
     spec = CATALOG[config.method]
@@ -236,6 +239,7 @@ def _check_run_name(config: RunConfig) -> None:
         )
 
 
+#: The package each experiment tracker imports (all in the ``[tracking]`` extra).
 CROSS_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _check_run_name,
     _check_local_prompt_lengths,

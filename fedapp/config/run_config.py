@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from fedapp.config.rules import CROSS_RULES
-from fedapp.config.schema import APP_ROOT, NOT_SETTINGS, SCHEMA, Scalar, Settings, defaults
+from fedapp.config.schema import APP_ROOT, NOT_SETTINGS, SCHEMA, Scalar, Settings, close_match, defaults
 from fedapp.errors import ConfigError
 
 
@@ -112,6 +112,21 @@ def load_preset(path: str) -> dict[str, Any]:
     return data
 
 
+def unknown_keys_error(unknown: list[str], *, where: str = "", list_valid: bool = False) -> ConfigError:
+    """The error for run-config keys that are not in the schema, with the key each one likely misspells.
+
+    One misspelt key: ``unknown config key 'num-round': did you mean 'num-rounds'?``. Otherwise
+    every unknown key, each followed by its close match if it has one, and (``list_valid``) the valid keys.
+    ``where`` follows the word "key(s)" (e.g. ``" in preset 'x.yaml'"``).
+    """
+    matches = {key: close_match(key, SCHEMA) for key in unknown}
+    if len(unknown) == 1 and matches[unknown[0]] is not None:
+        return ConfigError(f"unknown config key '{unknown[0]}'{where}: did you mean '{matches[unknown[0]]}'?")
+    named = ", ".join(key if matches[key] is None else f"{key} (did you mean '{matches[key]}'?)" for key in unknown)
+    valid = f"; valid keys: {', '.join(SCHEMA)}" if list_valid else ""
+    return ConfigError(f"unknown config key(s){where}: {named}{valid}")
+
+
 def resolve_run_config(run_config: Mapping[str, Any], *, ignore_unknown: bool = False) -> RunConfig:
     """Merge defaults, the selected preset and explicit overrides, then validate.
 
@@ -126,7 +141,7 @@ def resolve_run_config(run_config: Mapping[str, Any], *, ignore_unknown: bool = 
     if unknown and ignore_unknown:
         run_config = {name: value for name, value in run_config.items() if name in SCHEMA}
     elif unknown:
-        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}; valid keys: {', '.join(SCHEMA)}")
+        raise unknown_keys_error(unknown, list_valid=True)
     base = defaults()
     preset_name = SCHEMA["preset"].check("preset", run_config.get("preset", ""))
     merged: dict[str, Any] = dict(base)
@@ -134,7 +149,7 @@ def resolve_run_config(run_config: Mapping[str, Any], *, ignore_unknown: bool = 
         preset = load_preset(str(preset_name))
         bad = sorted(set(preset) - set(SCHEMA))
         if bad:
-            raise ConfigError(f"unknown config key(s) in preset {preset_name!r}: {', '.join(bad)}")
+            raise unknown_keys_error(bad, where=f" in preset {preset_name!r}")
         merged.update(preset)
     for name, value in run_config.items():
         if name not in base or value != base[name]:
@@ -146,7 +161,7 @@ def validate(values: Mapping[str, Any]) -> RunConfig:
     """Check every key, then the rules that tie keys together."""
     unknown = sorted(set(values) - set(SCHEMA))
     if unknown:
-        raise ConfigError(f"unknown config key(s): {', '.join(unknown)}")
+        raise unknown_keys_error(unknown)
     config = RunConfig.from_values(
         {name: key.check(name, values.get(name, key.default)) for name, key in SCHEMA.items()}
     )

@@ -9,7 +9,9 @@ The value sets the keys draw from (datasets, partitions, devices ...) live here 
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "domain")
 MAX_SYNTHETIC_DOMAINS = 6
 STATE_BACKENDS = ("memory", "disk")
 DEVICES = ("auto", "cpu", "cuda")
+TRACKERS = ("none", "mlflow", "tensorboard")
 DATASET_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100}
 # Where the app's own files live; presets given as relative paths are also
 # looked up here, so they resolve the same inside a Flower app bundle (this file is
@@ -50,7 +53,10 @@ class Key:
         """Return ``value`` coerced to this key's type, or raise ConfigError."""
         value = _coerce(name, value, self.type)
         if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"config key '{name}' = {value!r} is not one of: {', '.join(self.choices)}")
+            raise ConfigError(
+                f"config key '{name}' = {value!r} is not one of: {', '.join(self.choices)}"
+                f"{did_you_mean(str(value), self.choices)}"
+            )
         if self.type in (int, float):
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"config key '{name}' = {value!r} must be a finite number")
@@ -60,6 +66,23 @@ class Key:
             if self.high is not None and value > self.high:
                 raise ConfigError(f"config key '{name}' = {value!r} must be <= {self.high}")
         return value
+
+
+def close_match(word: str, candidates: Iterable[str]) -> str | None:
+    """The one of ``candidates`` that ``word`` most likely misspells, or None.
+
+    Case is ignored (``FedAvg`` finds ``fedavg``). The similarity cutoff is 0.75, above difflib's
+    0.6: a distinct name that merely shares letters (``fedsgd`` and ``fedkd``) is no typo.
+    """
+    by_folded = {candidate.casefold(): candidate for candidate in candidates}
+    found = difflib.get_close_matches(word.casefold(), by_folded, n=1, cutoff=0.75)
+    return by_folded[found[0]] if found else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``": did you mean 'x'?"`` to end an error about ``word`` when ``x`` is a close match, else ``""``."""
+    match = close_match(word, candidates)
+    return f": did you mean '{match}'?" if match is not None else ""
 
 
 def _coerce(name: str, value: Any, kind: type) -> Scalar:
@@ -119,6 +142,8 @@ class Settings:
     )
     reserve_seed: int = setting(0, "seed of the reserve carve (shared by every run and the pretraining)", low=0)
     hf_name: str = setting("", "Hugging Face dataset name when dataset = hf")
+    hf_image_column: str = setting("", "dataset = hf: the image column (default: the split's only Image column)")
+    hf_label_column: str = setting("", "dataset = hf: the label column (default: the split's only ClassLabel column)")
     download: bool = setting(False, "allow torchvision to download cifar10/cifar100")
     image_size: int = setting(32, "side length images are resized to", low=8, high=1024)
     cache_dir: str = setting("", "where decoded image arrays and partitions are cached (default ~/.cache/fedapp)")
@@ -211,6 +236,11 @@ class Settings:
     state_dir: str = setting("state", "root of on-disk client state (state = disk)")
     device: str = setting("auto", "torch device for local training", choices=DEVICES)
     target_accuracy: float = setting(0.8, "accuracy for the rounds/MB-to-target summary", low=0.0, high=1.0)
+    tracker: str = setting(
+        "none", "experiment tracker the run also logs to (needs the [tracking] extra)", choices=TRACKERS
+    )
+    tracking_uri: str = setting("", "tracker = mlflow: tracking URI (default: sqlite:///<results-dir>/mlflow.db)")
+    export_models: bool = setting(True, "write the global and personal models as safetensors under models/")
     dp: str = setting(
         "off",
         "client-level differential privacy: off, server (server clips) or client (clients clip)",
@@ -252,7 +282,20 @@ SCHEMA: dict[str, Key] = {
 }
 """Every key a run accepts, by its config name (``num-rounds``), derived from :class:`Settings`."""
 
-NOT_SETTINGS = frozenset({"seed", "run-name", "results-dir", "resume", "preset", "cache-dir", "traceback"})
+NOT_SETTINGS = frozenset(
+    {
+        "seed",
+        "run-name",
+        "results-dir",
+        "resume",
+        "preset",
+        "cache-dir",
+        "traceback",
+        "tracker",
+        "tracking-uri",
+        "export-models",
+    }
+)
 """Keys that do not change what a run computes beyond its seed: runs differing only in them are
 repetitions of one setting (the report's seed groups, the sweep's and the derived run names)."""
 

@@ -27,8 +27,9 @@ __all__ = ["SOURCES", "ArrayDataset", "load_source"]
 
 SOURCES = ("digits", "imagefolder", "domains", "cifar10", "cifar100", "hf")
 
-_HF_IMAGE_COLUMNS = ("img", "image")
-_HF_LABEL_COLUMNS = ("label", "fine_label", "labels")
+# The usual names of columns with no Image or ClassLabel feature (raw pixel arrays, integer labels),
+# looked at only when no column has that feature.
+_HF_CONVENTIONAL_COLUMNS = {"image": ("img", "image"), "label": ("label", "labels")}
 _HF_BATCH = 512
 
 
@@ -39,6 +40,8 @@ def load_source(
     image_size: int = 32,
     download: bool = False,
     hf_name: str = "",
+    hf_image_column: str = "",
+    hf_label_column: str = "",
     split: str = "train",
     cache_dir: str = "",
 ) -> ArrayDataset:
@@ -57,8 +60,9 @@ def load_source(
         Images come back as ``image_size`` x ``image_size`` RGB.
     download : bool
         ``cifar*`` only: download missing files.
-    hf_name : str
-        ``hf`` only: the Hugging Face dataset name (e.g. ``"uoft-cs/cifar10"``).
+    hf_name, hf_image_column, hf_label_column : str
+        ``hf`` only: the Hugging Face dataset name (e.g. ``"uoft-cs/cifar10"``) and the columns of its
+        images and labels (empty: found by their features, see :func:`hf_table_to_arrays`).
     split : str
         Which split; ``digits`` has only one and rejects ``"test"``.
     cache_dir : str
@@ -86,7 +90,8 @@ def load_source(
             dataset, data_dir=data_dir, split=split, download=download, image_size=image_size, cache_dir=cache_dir
         )
     if dataset == "hf":
-        return _load_hf(hf_name, data_dir=data_dir, split=split, image_size=image_size, cache_dir=cache_dir)
+        columns = {"image_column": hf_image_column, "label_column": hf_label_column}
+        return _load_hf(hf_name, data_dir=data_dir, split=split, image_size=image_size, cache_dir=cache_dir, **columns)
     raise DataError(f"unknown dataset {dataset!r}; valid: {', '.join(SOURCES)}")
 
 
@@ -150,22 +155,105 @@ def _load_cifar(
     )
 
 
-def _load_hf(hf_name: str, *, data_dir: str, split: str, image_size: int, cache_dir: str) -> ArrayDataset:
+def _load_hf(
+    hf_name: str, *, data_dir: str, split: str, image_size: int, cache_dir: str, image_column: str, label_column: str
+) -> ArrayDataset:
     if not hf_name:
         raise DataError("dataset 'hf' needs hf_name (a Hugging Face dataset name)")
     table = _load_hf_split(hf_name, data_dir=data_dir, split=split, cache_dir=cache_dir)
-    image_col = _first_column(table.column_names, _HF_IMAGE_COLUMNS, hf_name, "image")
-    label_col = _first_column(table.column_names, _HF_LABEL_COLUMNS, hf_name, "label")
+    return hf_table_to_arrays(
+        table, image_size=image_size, image_column=image_column, label_column=label_column, name=hf_name
+    )
+
+
+def hf_table_to_arrays(
+    table: Any, *, image_size: int, image_column: str = "", label_column: str = "", name: str = ""
+) -> ArrayDataset:
+    """One split of a Hugging Face dataset as decoded, resized images and integer labels.
+
+    Parameters
+    ----------
+    table : datasets.Dataset
+        The split (what ``FederatedDataset.load_split`` or ``datasets.load_dataset`` returns).
+    image_size : int
+        Images come back as ``image_size`` x ``image_size`` RGB.
+    image_column, label_column : str
+        The columns to read (the run config's ``hf-image-column`` and ``hf-label-column``). Empty:
+        the only column with an ``Image`` feature, and the only one with a ``ClassLabel`` feature;
+        when no column has that feature, the only one under the usual name (``img``/``image``,
+        ``label``/``labels``).
+    name : str
+        The dataset's name, for messages.
+
+    Returns
+    -------
+    ArrayDataset
+        The images, the labels and the class names (the ``ClassLabel``'s names, else ``"0"``, ``"1"`` ...).
+
+    Raises
+    ------
+    DataError
+        If a named column is not in the split, if a column cannot be told apart from another one
+        of its kind (the message lists them and names the key to set), or if the label column does
+        not hold class indices.
+    """
+    image_col = _hf_column(table, image_column, "image", name)
+    label_col = _hf_column(table, label_column, "label", name)
+    feature = table.features[label_col]
+    if not (_is_hf_feature(feature, "ClassLabel") or str(getattr(feature, "dtype", "")).startswith(("int", "uint"))):
+        raise DataError(
+            f"the label column {label_col!r} of Hugging Face dataset {name!r} holds {feature}, not class indices: "
+            "set hf-label-column to a ClassLabel or integer column"
+        )
     labels = np.asarray(table[label_col], dtype=np.int64)
     images = np.empty((len(labels), image_size, image_size, 3), dtype=np.uint8)
     batches = table.select_columns([image_col]).iter(batch_size=_HF_BATCH)
-    for start, batch in _enumerate_batches(batches, image_col):
-        for offset, item in enumerate(batch):
-            images[start + offset] = _hf_image_to_array(item, image_size)
-    names = getattr(table.features[label_col], "names", None)
+    try:
+        for start, batch in _enumerate_batches(batches, image_col):
+            for offset, item in enumerate(batch):
+                images[start + offset] = _hf_image_to_array(item, image_size)
+    except (TypeError, ValueError) as exc:
+        raise DataError(
+            f"the image column {image_col!r} of Hugging Face dataset {name!r} does not hold images ({exc}): "
+            "set hf-image-column to the one that does"
+        ) from exc
+    names = getattr(feature, "names", None)
     if not names:
         names = [str(i) for i in range(int(labels.max()) + 1 if len(labels) else 0)]
     return ArrayDataset(images=images, labels=labels, class_names=tuple(names))
+
+
+def _is_hf_feature(feature: Any, kind: str) -> bool:
+    # By class name: the datasets package (seconds to import) is then needed only to load a split.
+    return type(feature).__name__ == kind
+
+
+def _hf_column(table: Any, chosen: str, what: str, name: str) -> str:
+    """The column of ``table`` that holds the ``what`` (``"image"`` or ``"label"``): ``chosen``, else the only one."""
+    key = f"hf-{what}-column"
+    columns = list(table.column_names)
+    if chosen:
+        if chosen not in columns:
+            raise DataError(
+                f"config key '{key}' = {chosen!r} is not a column of Hugging Face dataset {name!r}; "
+                f"its columns: {', '.join(columns)}"
+            )
+        return chosen
+    kind = "Image" if what == "image" else "ClassLabel"
+    found = [column for column in columns if _is_hf_feature(table.features[column], kind)]
+    if not found:
+        found = [column for column in _HF_CONVENTIONAL_COLUMNS[what] if column in columns]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        usual = " or ".join(_HF_CONVENTIONAL_COLUMNS[what])
+        raise DataError(
+            f"Hugging Face dataset {name!r} has no {what} column (no {kind} feature, none named {usual}; "
+            f"its columns: {', '.join(columns)}): set {key} to the one that holds the {what}s"
+        )
+    raise DataError(
+        f"Hugging Face dataset {name!r} has {len(found)} {what} columns ({', '.join(found)}): set {key} to one of them"
+    )
 
 
 def _load_hf_split(hf_name: str, *, data_dir: str, split: str, cache_dir: str) -> Any:
@@ -186,15 +274,6 @@ def _load_hf_split(hf_name: str, *, data_dir: str, split: str, cache_dir: str) -
         return fds.load_split(split)
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot load split {split!r} of Hugging Face dataset {hf_name!r}: {exc}") from exc
-
-
-def _first_column(columns: list[str], candidates: tuple[str, ...], hf_name: str, what: str) -> str:
-    for name in candidates:
-        if name in columns:
-            return name
-    raise DataError(
-        f"Hugging Face dataset {hf_name!r} has no {what} column (looked for {list(candidates)}, found {columns})"
-    )
 
 
 def _enumerate_batches(batches: Iterable[dict[str, list[Any]]], column: str) -> Iterable[tuple[int, list[Any]]]:

@@ -21,7 +21,9 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedapp.aggregation import Arrays
 from fedapp.config import RunConfig
-from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder, progress_line
+from fedapp.flower.progress import log_progress
+from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder
+from fedapp.tracking import open_tracker
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -105,7 +107,8 @@ class Evaluation:
     global_acc: float | None
     #: Example-weighted mean loss (None when no client evaluated any example).
     loss: float | None
-    #: ``eval_*`` means, held-out, base-to-novel and per-domain accuracies for the record's ``extra``.
+    #: ``eval_*`` means, held-out, base-to-novel, per-domain and per-client (``client_acc``)
+    #: accuracies for the record's ``extra``.
     extra: dict[str, Any]
 
 
@@ -167,6 +170,21 @@ def domain_accuracies(
     }
 
 
+def client_accuracies(results: EvaluateReplies) -> dict[str, float]:
+    """Each evaluated client's accuracy keyed by its partition id (a string: the keys of a
+    JSON object), in partition order, for fairness analyses (``client_acc`` in metrics.jsonl).
+
+    The partition is the ``partition_id`` a client reports with its accuracy
+    (:meth:`clients.base.FedAppClient.eval_metrics`); a reply without either is left out.
+    """
+    by_partition: dict[int, float] = {}
+    for _, res in results:
+        partition, accuracy = res.metrics.get("partition_id"), res.metrics.get("accuracy")
+        if isinstance(partition, int | float) and isinstance(accuracy, int | float):
+            by_partition[int(partition)] = float(accuracy)
+    return {str(partition): by_partition[partition] for partition in sorted(by_partition)}
+
+
 def summarize_evaluation(
     results: EvaluateReplies,
     held_out: EvaluateReplies,
@@ -181,6 +199,8 @@ def summarize_evaluation(
     ``domain_of`` and ``domain_names`` give the per-domain accuracies
     (:func:`domain_accuracies`); ``pooled``: whether the method keeps one global model,
     whose accuracy over every client's test set is then reported as ``global_acc``.
+    Each client's own accuracy is kept by partition (:func:`client_accuracies`) as
+    ``client_acc`` (and ``held_out_client_acc``) when the clients report their partition.
     """
     stats = accuracy_stats(results)
     global_acc = None
@@ -192,6 +212,9 @@ def summarize_evaluation(
     if held_out:
         held = accuracy_stats(held_out)
         extra.update(held_out_acc_mean=held.mean, held_out_acc_worst=held.worst, held_out_clients=held.clients)
+    for key, replies in (("client_acc", results), ("held_out_client_acc", held_out)):
+        if accuracies := client_accuracies(replies):
+            extra[key] = accuracies
     extra.update(novel_metrics(stats, results))
     domains = domain_accuracies(results, domain_of, domain_names)
     if domains:
@@ -249,17 +272,18 @@ def write_round(
 ) -> None:
     """Log the round's progress line; with a recorder, append the record, then checkpoint
     the run (``save_checkpoint(round)``) and, after the last round, draw the plots."""
-    log.info(progress_line(record, num_rounds))
+    log_progress(record, num_rounds, recorder)
     if recorder is None:
         return
     recorder.add(record)
     save_checkpoint(record.round)
     if record.round >= num_rounds:
-        recorder.write_plots()
+        recorder.finish()
 
 
 def open_recorder(config: RunConfig, domain_names: Sequence[str]) -> RunRecorder:
-    """The results folder of this run (``results-dir``/``run-name``), its summary naming the data's domains."""
+    """The results folder of this run (``results-dir``/``run-name``), its summary naming the data's domains,
+    followed by the experiment tracker ``tracker`` names (:func:`fedapp.tracking.open_tracker`)."""
     recorder = RunRecorder(
         config.results_dir,
         config.resolved_run_name,
@@ -271,4 +295,12 @@ def open_recorder(config: RunConfig, domain_names: Sequence[str]) -> RunRecorder
     log.info("results go to %s", recorder.directory)
     if domain_names:
         recorder.summary_extra["domain_names"] = list(domain_names)
+    # After the recorder: a refused run folder never opens a tracker run.
+    try:
+        tracker = open_tracker(config, recorder.directory)
+    except BaseException:
+        recorder.close()
+        raise
+    if tracker is not None:
+        recorder.observers.append(tracker)
     return recorder

@@ -28,8 +28,9 @@ from torch import nn
 from fedapp.aggregation import Arrays
 from fedapp.catalog import CATALOG
 from fedapp.checkpoint import restore_rng_state
-from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names
-from fedapp.config import RunConfig
+from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names, load_client_data
+from fedapp.config import RunConfig, held_out_partitions
+from fedapp.data.partition_report import write_partition_report
 from fedapp.errors import ConfigError, StateError
 from fedapp.flower import replies
 from fedapp.flower.recording import (
@@ -47,6 +48,7 @@ from fedapp.flower.resume import checkpoint_path_of, read_resume_point, write_ch
 from fedapp.flower.sampling import ClientSampler
 from fedapp.metrics import RoundRecord, RunRecorder, check_writable_folders, payload_bytes
 from fedapp.models import build_model
+from fedapp.models.export import export_global_model
 from fedapp.params import decode_parameters
 from fedapp.registry import strategy_class
 
@@ -180,6 +182,9 @@ class FedAppStrategy(Strategy):
         check_writable_folders(config.values, results=record)
         source = check_data(config, config.num_partitions)
         recorder = open_recorder(config, source.domain_names) if record else None
+        if recorder is not None:  # partition.json and partition.png: what each client holds
+            clients = functools.partial(load_client_data, config)
+            write_partition_report(recorder.directory, config, clients, held_out_partitions(config))
         return cls(config, source.num_classes, recorder, source.class_names, source.domain_names)
 
     def __repr__(self) -> str:
@@ -222,12 +227,17 @@ class FedAppStrategy(Strategy):
             raise StateError(f"{type(self).__name__} keeps no strategy state, but the checkpoint has {sorted(state)}")
 
     def save_checkpoint(self, server_round: int) -> Path | None:
-        """Write everything needed to continue after ``server_round``."""
+        """Write everything needed to continue after ``server_round``, and the global model (``export-models``)."""
         path = self.checkpoint_path
         if path is None:
             return None
         state = self.strategy_state()
+        export_global_model(self, path.parent, server_round, state)  # models/global.safetensors, if export-models
         return write_checkpoint(path, server_round, self.config, self._global, state, self._totals, self.history)
+
+    def global_array_names(self) -> list[str]:
+        """Names of the global arrays, in order, in ``models/global.safetensors`` (default ``array.<i>``)."""
+        return [f"array.{i}" for i in range(len(self._global))]
 
     def resume(self) -> int:
         """Continue from this run's checkpoint; returns the rounds it had completed.

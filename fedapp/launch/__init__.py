@@ -16,13 +16,13 @@ This module holds :func:`run` and the command line; its parts, each importable f
 
 * :mod:`fedapp.launch.settings`: overrides, presets and client resources, checked before anything starts;
 * :mod:`fedapp.launch.processes`: ports, SuperLink PIDs, stopping process trees;
-* :mod:`fedapp.launch.federation`: the private Flower home and one ``flwr run`` submitted to it.
+* :mod:`fedapp.launch.federation`: the private Flower home and one ``flwr run`` submitted to it;
+* :mod:`fedapp.launch.stream`: the run's log as the user sees it (cleaned; a progress bar on a terminal).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -46,10 +46,12 @@ from fedapp.launch.settings import (
     prepare_run,
     visible_gpus,
 )
+from fedapp.launch.stream import LogCleaner, show_log, strip_ansi
 from fedapp.metrics import check_run_folder, check_writable_folders
 
 __all__ = [
     "LOCAL_CONNECTION_TOML",
+    "LogCleaner",
     "PreparedRun",
     "check_client_resources",
     "expand_preset",
@@ -62,8 +64,10 @@ __all__ = [
     "prepare_run",
     "process_tree",
     "run",
+    "show_log",
     "sigterm_raises_system_exit",
     "stop_processes",
+    "strip_ansi",
     "submit",
     "superlink_pids",
     "visible_gpus",
@@ -107,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 when the run finished (its results folder and summary are printed), 1 when ``flwr run``
-        failed, 2 when the configuration or a flag was refused.
+        0 when the run finished (its log ends with the server's ``done:`` line and the results
+        folder), 1 when ``flwr run`` failed, 2 when the configuration or a flag was refused.
     """
     # Named explicitly: run as a package, argparse would call the program "__main__.py".
     parser = argparse.ArgumentParser(prog="python -m fedapp.launch", description=__doc__.splitlines()[0])
@@ -141,7 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError as err:
         print(f"error: flwr run failed with exit code {err.returncode}", file=sys.stderr)
         return 1
-    summary = json.loads((run_dir / "summary.json").read_text())
+    # The summary is in run_dir/summary.json; the server's done: line above gave its headline.
     print(f"results: {run_dir}")
-    print(json.dumps(summary, indent=2))
     return 0

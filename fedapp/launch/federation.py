@@ -17,6 +17,7 @@ from fedapp.config import APP_ROOT
 from fedapp.errors import FedAppError
 from fedapp.launch.processes import free_port, sigterm_raises_system_exit, stop_processes, superlink_pids
 from fedapp.launch.settings import PreparedRun, federation_overrides, toml_value
+from fedapp.launch.stream import stream_command
 from fedapp.metrics import check_clients_trained
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
@@ -83,7 +84,8 @@ def submit(
     app_dir: Path = APP_ROOT,
     timeout: float | None = None,
 ) -> Path:
-    """``flwr run --stream`` one prepared run in ``env`` (see :func:`local_federation`), wait for it
+    """``flwr run --stream`` one prepared run in ``env`` (see :func:`local_federation`), show its log
+    (:func:`fedapp.launch.stream.show_log`: cleaned, with a progress bar on a terminal), wait for it
     to end, check that it wrote all its rounds, and return its results folder.
 
     Raises
@@ -102,7 +104,7 @@ def submit(
     summary = prepared.run_dir / "summary.json"
     started = time.time()
     try:
-        subprocess.run(command, env=env, check=True, timeout=timeout)
+        stream_command(command, env=env, num_rounds=prepared.config.num_rounds, timeout=timeout)
     except subprocess.CalledProcessError:
         check_clients_trained(prepared.run_dir)  # the ServerApp's reason, when it was this one
         raise

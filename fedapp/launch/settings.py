@@ -14,6 +14,7 @@ import tomli_w
 
 from fedapp.config import RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError
+from fedapp.tracking import check_tracker_installed
 
 
 def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_client: float) -> str:
@@ -133,6 +134,7 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
     if num_clients is not None and num_clients != config.num_partitions:
         overrides = {**overrides, "num-partitions": num_clients}
         config = resolve_run_config(overrides)
+    check_tracker_installed(config)  # the ServerApp runs in this environment
     results = Path(config.results_dir).expanduser()
     if not results.is_absolute():
         results = Path.cwd() / results

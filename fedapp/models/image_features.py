@@ -2,6 +2,8 @@
 
 * :func:`clip_image_batch` turns ``uint8`` images into the model's normalised input;
 * :func:`encode_images` runs them through the frozen image tower in batches;
+* :class:`ImageClassifier` puts the frozen image tower in front of a classifier of its
+  features, so a text-prompt client's exported model takes images;
 * :class:`ImageFeatureCache` keeps those features per process, since the image
   tower never changes during prompt learning, so they are computed once.
 
@@ -16,12 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedapp.errors import DataError, ModelError
 from fedapp.models.clip import LoadedClip
 
-__all__ = ["ImageFeatureCache", "clip_image_batch", "encode_images"]
+__all__ = ["ImageClassifier", "ImageFeatureCache", "clip_image_batch", "encode_images"]
 
 # OpenAI CLIP's preprocess statistics, for models whose config names none.
 _OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -203,3 +205,21 @@ class ImageFeatureCache:
     def clear(self) -> None:
         """Drop every cached tensor (the encode count is kept)."""
         self._store.clear()
+
+
+class ImageClassifier(nn.Module):
+    """A classifier of frozen CLIP image features that takes the images themselves:
+    what a text-prompt client's exported model is. Its input is what
+    :func:`~fedapp.models.image_features.clip_image_batch` makes of uint8 images; the
+    features are the ones the client tests on (:func:`~fedapp.models.image_features.encode_images`)."""
+
+    def __init__(self, clip: LoadedClip, classifier: nn.Module) -> None:
+        super().__init__()
+        # Kept out of the module tree: the image tower is shared and frozen, and not exported.
+        self._clip = [clip]
+        self.classifier = classifier
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        clip = self._clip[0]
+        features = clip.model.encode_image(images.to(dtype=clip.compute_dtype))
+        return self.classifier(F.normalize(features.float(), dim=-1))

@@ -6,7 +6,7 @@ runs from any machine and any version that wrote them (config keys added later a
 
     fedapp-report results/ --out report.md --figure report.png --target 0.8
 
-The table has one row per run: protocol, final mean / worst / std client accuracy, the
+The table has one row per run: protocol, rounds completed / configured, final mean / worst / std client accuracy, the
 generalization number the run measured (held-out clients, or base-to-novel), communication and
 the rounds and seconds it took to reach the target accuracy; a second table gives per-domain
 accuracy when runs recorded it.
@@ -23,7 +23,7 @@ Its parts, each importable from here:
 
 from fedapp.report.cli import main
 from fedapp.report.protocol import describe_protocol
-from fedapp.report.render import MAIN_HEADER, render_markdown, write_figure, write_report
+from fedapp.report.render import MAIN_HEADER, figure_panels, render_markdown, write_figure, write_report
 from fedapp.report.runs import REQUIRED_METRICS, ReportRow, expand_run_dirs, load_run, report_rows
 from fedapp.report.seeds import SEED_HEADER, SeedGroup, group_by_seed, render_seed_table
 from fedapp.report.tables import (
@@ -33,6 +33,7 @@ from fedapp.report.tables import (
     fmt_bytes,
     fmt_count,
     fmt_mean_std,
+    fmt_rounds,
     markdown_table,
     mean_std,
 )
@@ -48,9 +49,11 @@ __all__ = [
     "SeedGroup",
     "describe_protocol",
     "expand_run_dirs",
+    "figure_panels",
     "fmt_bytes",
     "fmt_count",
     "fmt_mean_std",
+    "fmt_rounds",
     "group_by_seed",
     "load_run",
     "main",

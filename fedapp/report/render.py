@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedapp.metrics import save_accuracy_figure
 from fedapp.report.runs import ReportRow, report_rows
@@ -15,10 +16,14 @@ from fedapp.report.tables import (
     NOT_REACHED,
     fmt_acc,
     fmt_bytes,
+    fmt_rounds,
     markdown_table,
     plural,
     table_cell,
 )
+
+if TYPE_CHECKING:  # importing fedapp.data loads torch: the figure's helpers are imported when one is drawn
+    from fedapp.data.figures import Panel
 
 MAIN_HEADER = ["run", "method", "protocol", "shots", *FIGURE_COLUMNS]
 
@@ -42,7 +47,7 @@ def _main_table(rows: Sequence[ReportRow]) -> str:
                 table_cell(row.method),
                 table_cell(row.protocol),
                 "all" if row.shots == 0 else str(row.shots),
-                str(row.rounds),
+                fmt_rounds(row.rounds, row.num_rounds),
                 fmt_acc(row.acc_mean),
                 fmt_acc(row.acc_worst),
                 fmt_acc(row.acc_std),
@@ -99,8 +104,9 @@ def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str
     parts = [
         f"# Federated run report ({plural(len(rows), 'run')})",
         "",
-        "Accuracies are of the last round (mean / worst / std over evaluated clients); bytes/round is the mean "
-        f"training traffic (up + down) per round, in base-1024 units like total MB. {_target_line(rows)}",
+        "Rounds are completed / configured (num-rounds). Accuracies are of the last round (mean / worst / std over "
+        "evaluated clients); bytes/round is the mean training traffic (up + down) per round, in base-1024 units like "
+        f"total MB. {_target_line(rows)}",
         "",
         _main_table(rows),
         *_seed_section(rows),
@@ -111,17 +117,43 @@ def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str
     return "\n".join(parts) + "\n"
 
 
+def figure_panels(rows: Sequence[ReportRow]) -> list[Panel]:
+    """The report figure's two panels: mean client accuracy against round (integer ticks) and
+    against cumulative MB (log axis; a run that sent nothing cannot be placed there, and the
+    panel names it), a line per run, and the target line when the runs share one target."""
+    from fedapp.data.figures import MB_AXIS, ROUND_AXIS, Curve, Panel  # noqa: PLC0415 - matplotlib's helpers
+
+    targets = {row.target for row in rows}
+    target = targets.pop() if len(targets) == 1 else None
+    colours = [f"C{index % 10}" for index in range(len(rows))]  # a run keeps its colour in both panels
+    by_round = [
+        Curve(row.curve_rounds, row.curve_acc_mean, row.run, color=colour)
+        for row, colour in zip(rows, colours, strict=True)
+    ]
+    sends = [any(mb > 0 for mb in row.curve_mb) for row in rows]
+    by_mb = [
+        Curve(row.curve_mb, row.curve_acc_mean, row.run, color=colour)
+        for row, colour, sent in zip(rows, colours, sends, strict=True)
+        if sent
+    ]
+    silent = [row.run for row, sent in zip(rows, sends, strict=True) if not sent]
+    note = f"sent nothing (0 MB), not shown: {', '.join(silent)}" if silent else ""
+    return [
+        Panel("mean accuracy vs round", "round", by_round, ROUND_AXIS, target=target),
+        Panel(
+            "mean accuracy vs communication",
+            "MB communicated (cumulative, log)",
+            by_mb,
+            MB_AXIS,
+            target=target,
+            note=note,
+        ),
+    ]
+
+
 def write_figure(rows: Sequence[ReportRow], path: Path) -> Path:
-    """One PNG, two panels: mean client accuracy against round and against cumulative MB, a line per run."""
-    by_round = [(row.curve_rounds, row.curve_acc_mean, row.run, "-") for row in rows]
-    by_mb = [(row.curve_mb, row.curve_acc_mean, row.run, "-") for row in rows]
-    return save_accuracy_figure(
-        path,
-        [
-            ("mean accuracy vs round", "round", by_round),
-            ("mean accuracy vs communication", "MB communicated (cumulative)", by_mb),
-        ],
-    )
+    """One PNG, two panels (:func:`figure_panels`): mean client accuracy against round and against cumulative MB."""
+    return save_accuracy_figure(path, figure_panels(rows))
 
 
 def write_report(run_dirs: Iterable[Path], out: Path, figure: Path | None, target: float | None) -> str:

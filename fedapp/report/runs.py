@@ -40,7 +40,9 @@ class ReportRow:
     shots : int
         Training samples per class and client (0 = all).
     rounds : int
-        Rounds recorded in ``metrics.jsonl``.
+        Rounds completed: the last round ``metrics.jsonl`` records.
+    num_rounds : int | None
+        Rounds the run was configured for (``num-rounds``; None when its config lacks the key).
     acc_mean, acc_worst, acc_std : float
         Mean, worst and standard deviation of per-client accuracy in the last round.
     generalization : str
@@ -93,6 +95,7 @@ class ReportRow:
     curve_acc_mean: tuple[float, ...] = ()
     curve_mb: tuple[float, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
+    num_rounds: int | None = None
 
 
 def _latest(lines: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -222,7 +225,8 @@ def load_run(run_dir: Path, target: float | None = None) -> ReportRow:
         method=str(config.get("method", "?")),
         protocol=describe_protocol(config, [str(n) for n in summary.get("domain_names", ())]),
         shots=int(config.get("shots-per-class", 0)),
-        rounds=len(lines),
+        rounds=int(last["round"]),
+        num_rounds=None if config.get("num-rounds") is None else int(config["num-rounds"]),
         acc_mean=float(last["acc_mean"]),
         acc_worst=float(last["acc_worst"]),
         acc_std=float(last["acc_std"]),

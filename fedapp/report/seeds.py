@@ -16,6 +16,7 @@ from fedapp.report.tables import (
     fmt_bytes,
     fmt_count,
     fmt_mean_std,
+    fmt_rounds,
     markdown_table,
     mean_std,
     table_cell,
@@ -106,12 +107,12 @@ def render_seed_table(groups: Sequence[SeedGroup]) -> str:
     body = []
     for group in groups:
         runs = group.runs
-        rounds = sorted({row.rounds for row in runs})
+        rounds = sorted({(row.rounds, row.num_rounds or 0) for row in runs})
         body.append(
             [
                 table_cell(group.setting),
                 f"{len(runs)} ({', '.join(map(str, group.seeds))})",
-                "/".join(map(str, rounds)),
+                ", ".join(fmt_rounds(done, planned or None) for done, planned in rounds),
                 fmt_mean_std([r.acc_mean for r in runs]),
                 fmt_mean_std([r.acc_worst for r in runs]),
                 fmt_mean_std([r.acc_std for r in runs]),

@@ -13,6 +13,7 @@ NOT_REACHED = "not reached"
 MISSING = "—"
 
 # The figures of a run; the main table gives them per run, the seed table as mean ± std per setting.
+# 'rounds' is completed / configured (num-rounds): a run stopped early shows it.
 FIGURE_COLUMNS = [
     "rounds",
     "mean acc",
@@ -61,6 +62,11 @@ def fmt_bytes(value: float) -> str:
         return f"{size:.0f} B"
     decimals = 0 if size >= 100 else 1 if size >= 10 else 2
     return f"{size:.{decimals}f} {unit}"
+
+
+def fmt_rounds(done: int, planned: int | None) -> str:
+    """Rounds completed out of those configured: ``15/15``, ``7/15`` (a run stopped early); ``7`` when unknown."""
+    return str(done) if planned is None else f"{done}/{planned}"
 
 
 def fmt_acc(value: float | None) -> str:

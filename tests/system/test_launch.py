@@ -43,16 +43,13 @@ def test_a_temporary_flower_home_is_removed_even_when_the_run_fails(tmp_path, mo
         made.mkdir()
         return str(made)
 
-    real_run = subprocess.run
-
     def failing_flwr_run(command, **kwargs):
-        if Path(command[0]).name != "flwr":  # pgrep/ps looking for a SuperLink to stop: none was started
-            return real_run(command, **kwargs)
+        assert Path(command[0]).name == "flwr"
         assert (Path(kwargs["env"]["FLWR_HOME"]) / "config.toml").exists()  # the connection file is in the home
         raise subprocess.CalledProcessError(1, command)
 
     monkeypatch.setattr(launch_federation.tempfile, "mkdtemp", mkdtemp)
-    monkeypatch.setattr(launch_federation.subprocess, "run", failing_flwr_run)
+    monkeypatch.setattr(launch_federation, "stream_command", failing_flwr_run)
     with pytest.raises(subprocess.CalledProcessError):
         run({"num-rounds": 1, "results-dir": str(tmp_path / "results")}, num_clients=2)
     assert not made.exists()
@@ -112,6 +109,35 @@ def launch(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedP
         [sys.executable, "-m", "fedapp.launch", *args],
         check=False, capture_output=True, text=True, timeout=timeout, cwd=cwd,
     )  # fmt: skip
+
+
+ROUND_LINE = re.compile(r"\bround (\d+)/2 \| acc mean ")
+
+
+def test_the_launchers_log_in_a_pipe_is_plain_with_one_eta_line_per_round(tmp_path):
+    """What a user, a CI job or a log file gets from ``python -m fedapp.launch`` without a terminal:
+    no escape codes, one round line per round with its ETA, the run's done line naming the results
+    folder, and none of the lines that are false for a launched run or that repeat the metrics."""
+    results = tmp_path / "results"
+    proc = launch(
+        "--num-clients", "2", "--run-config", f'num-rounds=2 num-partitions=2 model="cnn-5" results-dir="{results}"',
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    seen = proc.stdout + proc.stderr
+    assert proc.returncode == 0, seen[-3000:]
+    assert "\x1b" not in seen
+    rounds = [line for line in seen.splitlines() if ROUND_LINE.search(line)]
+    assert [ROUND_LINE.search(line)[1] for line in rounds] == ["1", "2"], seen[-3000:]
+    assert all(re.search(r"\| elapsed \S+ \| ETA \S+$", line) for line in rounds), rounds
+    assert rounds[-1].endswith("| ETA 0s")
+    (run_dir,) = results.iterdir()
+    done = [line for line in seen.splitlines() if "done: round 2/2 | final acc mean " in line]
+    assert len(done) == 1 and done[0].endswith(f"| results in {run_dir}"), seen[-3000:]
+    assert proc.stdout.splitlines()[-1] == f"results: {run_dir}"
+    for noise in ("changed from 10 to 2", "FutureWarning", "History (loss", "[ROUND", "configure_fit", "Traceback"):
+        assert noise not in seen, noise
+    device_lines = [line for line in seen.splitlines() if "device = " in line]
+    assert len(device_lines) <= 1, device_lines  # each worker's same line, shown once
 
 
 USER_CONFIG_TOML = '[superlink]\ndefault = "lab"\n\n[superlink.lab]\naddress = "lab.example.org:9093"\n'

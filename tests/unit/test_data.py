@@ -25,6 +25,7 @@ from fedapp.data import (
     partition_indices,
     partitioners,
     sample_external_test,
+    sources,
     split_stratified,
 )
 from fedapp.data.tensors import iterate_batches, to_float_tensor
@@ -317,6 +318,104 @@ def test_hf_loads_local_imagefolder_through_flwr_datasets(tmp_path: Path, monkey
 def test_hf_needs_a_name() -> None:
     with pytest.raises(DataError, match="hf_name"):
         load_source("hf")
+
+
+def _hf_table(**extra_columns: list) -> object:
+    """An in-memory Hugging Face split shaped like CIFAR-100's: ``img`` and two class-label columns."""
+    import datasets  # noqa: PLC0415 - seconds to import; only these tests need it
+
+    colours = ["cat", "dog", "eel", "cat"]
+    features = {
+        "img": datasets.Image(),
+        "fine_label": datasets.ClassLabel(names=["cat", "dog", "eel"]),
+        "coarse_label": datasets.ClassLabel(names=["furry", "scaly"]),
+        **{
+            name: datasets.Value("string" if isinstance(values[0], str) else "int64")
+            for name, values in extra_columns.items()
+        },
+    }
+    columns = {
+        "img": [Image.new("RGB", (6, 4), COLORS[c]) for c in colours],
+        "fine_label": [0, 1, 2, 0],
+        "coarse_label": [0, 0, 1, 0],
+        **extra_columns,
+    }
+    return datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+
+
+def test_hf_label_column_is_not_guessed_between_two_class_labels() -> None:
+    with pytest.raises(DataError) as info:
+        sources.hf_table_to_arrays(_hf_table(), image_size=4, name="toy/cifar100")
+    message = str(info.value)
+    assert "'toy/cifar100' has 2 label columns (fine_label, coarse_label)" in message
+    assert message.endswith("set hf-label-column to one of them")
+
+
+@pytest.mark.parametrize(
+    ("column", "labels", "names"),
+    [("fine_label", [0, 1, 2, 0], ("cat", "dog", "eel")), ("coarse_label", [0, 0, 1, 0], ("furry", "scaly"))],
+)
+def test_hf_label_column_picks_the_labels_and_their_names(column: str, labels: list, names: tuple) -> None:
+    data = sources.hf_table_to_arrays(_hf_table(), image_size=4, label_column=column, name="toy/cifar100")
+    np.testing.assert_array_equal(data.labels, labels)
+    assert data.class_names == names and data.images.shape == (4, 4, 4, 3)
+    for image, colour in zip(data.images, ["cat", "dog", "eel", "cat"], strict=True):
+        assert (image == COLORS[colour]).all()  # the only Image column was found by its feature
+
+
+def test_hf_columns_that_are_not_in_the_split_are_named_with_the_key_and_the_columns() -> None:
+    table = _hf_table()
+    with pytest.raises(DataError) as info:
+        sources.hf_table_to_arrays(table, image_size=4, label_column="label", name="toy/cifar100")
+    assert str(info.value) == (
+        "config key 'hf-label-column' = 'label' is not a column of Hugging Face dataset 'toy/cifar100'; "
+        "its columns: img, fine_label, coarse_label"
+    )
+    with pytest.raises(DataError, match=r"^config key 'hf-image-column' = 'image' is not a column .*: img, fine_label"):
+        sources.hf_table_to_arrays(table, image_size=4, image_column="image", label_column="fine_label")
+
+
+def test_hf_split_without_an_image_column_names_the_key_and_the_columns() -> None:
+    table = _hf_table().remove_columns("img").add_column("picture_path", ["a", "b", "c", "d"])
+    with pytest.raises(DataError) as info:
+        sources.hf_table_to_arrays(table, image_size=4, label_column="fine_label", name="toy")
+    assert "has no image column (no Image feature, none named img or image; its columns: " in str(info.value)
+    assert "fine_label, coarse_label, picture_path): set hf-image-column" in str(info.value)
+    with pytest.raises(
+        DataError, match="image column 'picture_path' of Hugging Face dataset 'toy' does not hold images"
+    ):
+        sources.hf_table_to_arrays(
+            table, image_size=4, image_column="picture_path", label_column="fine_label", name="toy"
+        )
+
+
+def test_hf_integer_label_column_by_its_usual_name_and_a_text_column_refused() -> None:
+    table = _hf_table(label=[3, 1, 0, 3]).remove_columns(["fine_label", "coarse_label"])
+    data = sources.hf_table_to_arrays(table, image_size=4)  # no ClassLabel: the integer column named label
+    np.testing.assert_array_equal(data.labels, [3, 1, 0, 3])
+    assert data.class_names == ("0", "1", "2", "3")
+    with pytest.raises(DataError, match=r"label column 'caption' .* not class indices: set hf-label-column"):
+        sources.hf_table_to_arrays(_hf_table(caption=["a", "b", "c", "d"]), image_size=4, label_column="caption")
+
+
+def test_hf_columns_are_part_of_the_source_cache_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs in one process that differ only in hf-label-column get their own labels, not a cached copy."""
+    from fedapp import clientdata  # noqa: PLC0415 - the client side of loading, with its per-process caches
+    from fedapp.config import resolve_run_config  # noqa: PLC0415
+
+    loaded: list[str] = []
+
+    def local_split(hf_name: str, **_: object) -> object:
+        loaded.append(hf_name)
+        return _hf_table()
+
+    monkeypatch.setattr(sources, "_load_hf_split", local_split)
+    base = {"dataset": "hf", "hf-name": "toy/cifar100-cache-key", "image-size": 8}
+    fine = clientdata.load_dataset(resolve_run_config({**base, "hf-label-column": "fine_label"}))
+    coarse = clientdata.load_dataset(resolve_run_config({**base, "hf-label-column": "coarse_label"}))
+    assert fine.class_names == ("cat", "dog", "eel") and coarse.class_names == ("furry", "scaly")
+    again = clientdata.load_dataset(resolve_run_config({**base, "hf-label-column": "fine_label"}))
+    assert again is fine and loaded == ["toy/cifar100-cache-key"] * 2
 
 
 # --- partitions ------------------------------------------------------------------------

@@ -182,18 +182,18 @@ class FakeRecorder:
     def add(self, record):
         self.events.append(("add", record.round))
 
-    def write_plots(self):
-        self.events.append(("plots",))
+    def finish(self):
+        self.events.append(("finish",))
 
 
-def test_a_written_round_is_recorded_then_checkpointed_and_the_last_one_plotted(caplog):
+def test_a_written_round_is_recorded_then_checkpointed_and_the_last_one_finishes_the_run(caplog):
     evaluation = summarize_evaluation([evaluated(0, 0.5)], [], no_domain, (), pooled=True)
     recorder = FakeRecorder()
     for server_round in (1, 2):
         record = close_round(server_round, a_round(), RunTotals(), evaluation, 0)
         with caplog.at_level(logging.INFO, logger="flwr.fedapp"):
             write_round(record, recorder, 2, lambda r: recorder.events.append(("checkpoint", r)))
-    assert recorder.events == [("add", 1), ("checkpoint", 1), ("add", 2), ("checkpoint", 2), ("plots",)]
+    assert recorder.events == [("add", 1), ("checkpoint", 1), ("add", 2), ("checkpoint", 2), ("finish",)]
     assert caplog.text  # the progress line
     saved = []
     write_round(record, None, 2, saved.append)

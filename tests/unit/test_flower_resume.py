@@ -14,6 +14,7 @@ from fedapp.errors import StateError
 from fedapp.flower.recording import RunTotals
 from fedapp.flower.resume import checkpoint_path_of, read_resume_point, write_checkpoint
 from fedapp.metrics import RoundRecord, RunRecorder
+from tests.unit.records import round_record
 
 ARRAYS = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([3], dtype=np.int64)]
 STATE = {"generator.weight": np.ones((2, 2), np.float32)}
@@ -24,21 +25,15 @@ def config(**overrides):
 
 
 def record(server_round: int) -> RoundRecord:
-    return RoundRecord(
-        round=server_round,
+    return round_record(
+        server_round,
         acc_mean=0.5 + server_round / 10,
-        acc_worst=0.4,
-        acc_std=0.1,
         clients_evaluated=2,
-        global_acc=None,
-        train_loss=1.0,
         clients_fit=2,
-        clients_failed=0,
         bytes_up_per_client=10.0,
         bytes_down_per_client=10.0,
         bytes_round_total=40,
         mb_cumulative=0.1 * server_round,
-        round_seconds=1.0,
         extra={"left_out_reasons": []},
     )
 

@@ -15,6 +15,7 @@ from fedapp.errors import DataError
 from fedapp.metrics import MB, RoundRecord, RunRecorder, read_metrics
 from fedapp.report import ReportRow, describe_protocol, fmt_bytes, load_run, main, report_rows, write_report
 from tests.paths import ROOT
+from tests.unit.records import round_record
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Config keys newer than some run folders; a run without them must still be described.
@@ -42,16 +43,14 @@ BASE_CONFIG: dict[str, Any] = {
 def record(
     rnd: int, acc: float, worst: float, std: float, bytes_total: int, seconds: float, mb: float, **extra: Any
 ) -> RoundRecord:
-    return RoundRecord(
-        round=rnd,
+    return round_record(
+        rnd,
         acc_mean=acc,
         acc_worst=worst,
         acc_std=std,
         clients_evaluated=8,
-        global_acc=None,
         train_loss=1.0 / rnd,
         clients_fit=8,
-        clients_failed=0,
         bytes_up_per_client=bytes_total / 16,
         bytes_down_per_client=bytes_total / 16,
         bytes_round_total=bytes_total,
@@ -93,7 +92,7 @@ def write_runs(tmp_path: Path) -> dict[str, Path]:
     held = write_run(
         results,
         "a-heldout",
-        {**BASE_CONFIG, "held-out-fraction": 0.2},
+        {**BASE_CONFIG, "held-out-fraction": 0.2, "num-rounds": 4},
         curve(
             [0.30, 0.55, 0.65, 0.70],
             [12_595, 12_595, 12_600, 12_610],
@@ -117,6 +116,7 @@ def write_runs(tmp_path: Path) -> dict[str, Path]:
             "base-to-novel": True,
             "shots-per-class": 16,
             "target-accuracy": 0.95,
+            "num-rounds": 5,  # stopped after 3
         },
         curve(
             [0.5, 0.7, 0.8],
@@ -152,7 +152,7 @@ def expected_from_metrics(run_dir: Path, target: float) -> dict[str, Any]:
         "total_mb": lines[-1]["mb_cumulative"],
         "rounds_to_target": None if first is None else lines[first]["round"],
         "seconds_to_target": None if first is None else sum(line["round_seconds"] for line in lines[: first + 1]),
-        "rounds": len(lines),
+        "rounds": lines[-1]["round"],
     }
 
 
@@ -245,6 +245,9 @@ def test_markdown_shows_every_number_formatted(runs, tmp_path):
             assert cells["s to target"] == f"{expected['seconds_to_target']:.1f}"
 
     held, b2n, note = (main_table[d.name] for d in dirs)
+    # Rounds completed / configured; a config without num-rounds shows the count alone.
+    assert (held["rounds"], b2n["rounds"], note["rounds"]) == ("4/4", "3/5", "2")
+    assert "Rounds are completed / configured (num-rounds)." in markdown
     assert held["bytes/round"] == "12.3 kB" and held["s to target"] == "5.2"  # 5.25 s
     assert (
         held["held-out / novel"] == "held-out 0.6100" and held["protocol"] == "dirichlet α=0.3; held out 20% of clients"
@@ -336,6 +339,28 @@ def test_cli_writes_markdown_and_a_two_panel_png(runs, tmp_path, capsys):
     assert cells["a-heldout"]["rounds to target"] == "4" and cells["b-base-to-novel"]["rounds to target"] == "2"
 
 
+def test_the_report_figure_has_integer_rounds_a_log_mb_axis_and_names_the_runs_that_sent_nothing(runs):
+    from fedapp.data.figures import curves_figure  # noqa: PLC0415 - matplotlib only for this test
+
+    rows = report_rows([runs["held"], runs["b2n"], runs["note"]], target=0.68)
+    figure = curves_figure(report.figure_panels(rows))
+    figure.canvas.draw()
+    by_round, by_mb = figure.axes
+    low, high = by_round.get_xlim()
+    shown = [label.get_text() for label in by_round.get_xticklabels() if low <= label.get_position()[0] <= high]
+    assert shown == ["1", "2", "3", "4"]  # whole rounds only
+    assert by_round.get_xscale() == "linear" and by_mb.get_xscale() == "log"
+    # c-local-note sent 0 MB: it cannot sit on a log axis, and the panel says so.
+    assert [line.get_label() for line in by_mb.get_lines()] == ["a-heldout", "b-base-to-novel", "target 0.68"]
+    assert [text.get_text() for text in by_mb.texts] == ["sent nothing (0 MB), not shown: c-local-note"]
+    assert list(by_mb.get_lines()[-1].get_ydata()) == [0.68, 0.68]
+    mixed = curves_figure(report.figure_panels(report_rows([runs["note"], runs["held"], runs["b2n"]])))
+    assert all(not line.get_label().startswith("target") for ax in mixed.axes for line in ax.get_lines())  # 2 targets
+    # A run keeps its colour in both panels, though the one before it is missing from the MB panel.
+    colours = [{line.get_label(): line.get_color() for line in ax.get_lines()} for ax in mixed.axes]
+    assert colours[1] == {run: colours[0][run] for run in ("a-heldout", "b-base-to-novel")}
+
+
 def test_cli_expands_a_results_folder_and_skips_the_figure_on_request(runs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (runs["held"].parent / "not-a-run").mkdir()  # a stray folder inside is ignored
@@ -414,13 +439,16 @@ def test_runs_differing_only_in_seed_aggregate_to_mean_and_sample_std(tmp_path: 
         write_run(
             tmp_path,
             f"fedavg-s{seed}",
-            {**BASE_CONFIG, "seed": seed, "run-name": f"fedavg-s{seed}"},
+            {**BASE_CONFIG, "seed": seed, "run-name": f"fedavg-s{seed}", "num-rounds": 3},
             curve(accs, [1000] * 3, [1.0] * 3, train_flops_cumulative=flops),
         )
         for seed, accs, flops in ((0, [0.5, 0.6, 0.70], [1e9, 2e9, 3e9]), (1, [0.5, 0.65, 0.80], [1e9, 4e9, 5e9]))
     ]
     other = write_run(
-        tmp_path, "fedavg-lr", {**BASE_CONFIG, "seed": 0, "alpha": 1.0}, curve([0.4, 0.5, 0.9], [1000] * 3, [1.0] * 3)
+        tmp_path,
+        "fedavg-lr",
+        {**BASE_CONFIG, "seed": 0, "alpha": 1.0, "num-rounds": 3},
+        curve([0.4, 0.5, 0.9], [1000] * 3, [1.0] * 3),
     )
     rows = report_rows([*runs, other], target=0.6)
     groups = report.group_by_seed(rows)
@@ -434,7 +462,7 @@ def test_runs_differing_only_in_seed_aggregate_to_mean_and_sample_std(tmp_path: 
     seed_table = markdown.split("## Mean ± std over seeds")[1]
     cells = [line.split("|")[1:-1] for line in seed_table.splitlines() if line.startswith("| fedavg")]
     first = dict(zip(report.SEED_HEADER, (c.strip() for c in cells[0]), strict=True))
-    assert first["seeds"] == "2 (0, 1)" and first["rounds"] == "3"
+    assert first["seeds"] == "2 (0, 1)" and first["rounds"] == "3/3"
     assert first["mean acc"] == "0.7500 ± 0.0707"
     # Round 2 reaches 0.6 in both seeds: two of two reached, 2.0 ± 0.0 rounds.
     assert first["rounds to target"] == "2.0 ± 0.0 (2/2)"
