@@ -288,6 +288,11 @@ def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (exported models included) but its lock, by relative path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file() and p.name != ".lock"}
+
+
 def test_a_tampered_checkpoint_is_refused_in_one_line_and_the_run_folder_kept(tmp_path):
     """A finished run's checkpoint gets a NaN; resuming it through the launcher is refused by the
     ServerApp with one line, and the folder stays byte for byte as it was."""
@@ -299,14 +304,14 @@ def test_a_tampered_checkpoint_is_refused_in_one_line_and_the_run_folder_kept(tm
         arrays = {name: data[name] for name in data.files}
     arrays["global/0"] = np.full_like(arrays["global/0"], np.nan)
     np.savez(folder / "checkpoint.npz", **arrays)
-    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"}
+    before = folder_bytes(folder)
     proc = launch("--run-config", f"{base} num-rounds=2 resume=true", cwd=tmp_path, timeout=300)
     seen = proc.stdout + proc.stderr
     assert proc.returncode == 2
     error = f"error: checkpoint {folder / 'checkpoint.npz'}: array global/0 holds NaN or infinite values"
     assert any(line.endswith(error) for line in seen.splitlines()), seen[-3000:]
     assert "Traceback" not in seen
-    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before
+    assert folder_bytes(folder) == before
 
 
 def plain_flwr_run(home: Path, run_config: str, cwd: Path) -> str:
