@@ -234,7 +234,7 @@ GROUPS: tuple[Group, ...] = (
             "[Across machines](deployment.md#across-machines-tls-and-authenticated-supernodes)).",
             "`tracker = mlflow` also logs the resolved configuration, every round's metrics and the run's files to "
             "MLflow (`tracking-uri`, by default a SQLite database in `results-dir`); `tracker = tensorboard` writes "
-            "event files to the run folder's `tensorboard/`. Both need `pip install -e \".[tracking]\"`; "
+            'event files to the run folder\'s `tensorboard/`. Both need `pip install -e ".[tracking]"`; '
             "`metrics.jsonl` is written either way. `export-models` writes the global model and each evaluated "
             "client's personal model as safetensors under the run folder's `models/` (see "
             "[Results](results.md)).",
