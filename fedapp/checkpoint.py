@@ -45,6 +45,7 @@ RESUMABLE_CHANGES = frozenset(
         "tracker",
         "tracking-uri",
         "export-models",
+        "api",
     }
 )
 

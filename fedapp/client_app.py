@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Message, RecordDict
 from flwr.client import Client, ClientApp, NumPyClient
+from flwr.clientapp.typing import ClientAppCallable, Mod
 from flwr.common import Context
 
 from fedapp.clientdata import CLASS_NAMES_KEY, ClientData, check_class_agreement, load_client_data
 from fedapp.config import SCHEMA, RunConfig, resolve_run_config
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.errors import ConfigError
+from fedapp.flower.message_api import answer, is_message_api
 from fedapp.flower.privacy import dp_clipping_mod
 from fedapp.flower.secure_aggregation import secagg_client_mod
 from fedapp.registry import client_class
@@ -173,14 +175,15 @@ def _resolved_config(items: tuple[tuple[str, Any], ...], ignore_unknown: bool) -
     return resolve_run_config(dict(items), ignore_unknown=ignore_unknown)
 
 
-def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False):
-    """A ``client_fn`` whose run config is Flower's, with ``overrides`` on top.
+def make_numpy_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False):
+    """A function of a node's ``Context`` that builds the configured method's NumPyClient,
+    whose run config is Flower's with ``overrides`` on top.
 
     ``ignore_unknown`` leaves out run-config keys this project does not know
     (another project's, when our ClientApp runs inside it) instead of refusing them.
     """
 
-    def client_fn(context: Context) -> Client:
+    def numpy_client_fn(context: Context) -> NumPyClient:
         config = resolved_config({**context.run_config, **(overrides or {})}, ignore_unknown)
         config = node_view(config, context.node_config, on_supernode())
         partition_id, num_partitions = node_partition(context.node_config, config)
@@ -188,21 +191,77 @@ def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown
         data = load_client_data(config, partition_id, num_partitions, local_dir)
         store = make_store(context, config, partition_id)
         client = client_class(config.method)(config, data, store, select_device(config.device))
-        return AgreementCheckedClient(client, data).to_client()
+        return AgreementCheckedClient(client, data)
+
+    return numpy_client_fn
+
+
+def make_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False):
+    """A legacy ``client_fn`` (:func:`make_numpy_client_fn`'s client, as a Flower ``Client``)."""
+    numpy_client_fn = make_numpy_client_fn(overrides, ignore_unknown=ignore_unknown)
+
+    def client_fn(context: Context) -> Client:
+        return numpy_client_fn(context).to_client()
 
     return client_fn
 
 
+def message_api_mod(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False) -> Mod:
+    """A mod that answers Message-API messages (:func:`fedapp.flower.message_api.is_message_api`)
+    with the method's NumPyClient, and hands the legacy path's messages on."""
+    numpy_client_fn = make_numpy_client_fn(overrides, ignore_unknown=ignore_unknown)
+
+    def answer_message_api(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+        if not is_message_api(msg):
+            return call_next(msg, ctxt)
+        return answer(numpy_client_fn(ctxt), msg)
+
+    return answer_message_api
+
+
 def make_client_app(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False) -> ClientApp:
-    """A ClientApp for this project (``overrides`` let tests and scripts set keys;
-    ``ignore_unknown`` as in :func:`make_client_fn`). Its SecAgg+ mod acts only in
-    SecAgg+ rounds (``secagg = true``); other messages pass through."""
+    """A ClientApp for this project that serves both of Flower's APIs (``overrides`` let
+    tests and scripts set keys; ``ignore_unknown`` as in :func:`make_numpy_client_fn`).
+
+    Legacy instructions (``api = legacy``) go to the method's client through ``client_fn``;
+    Message-API ones (``api = message``, or a ``flwr.serverapp`` strategy of the user's) are
+    answered by :func:`message_api_mod`, innermost, so the other mods see both. The SecAgg+
+    mod acts only in SecAgg+ rounds (``secagg = true``); other messages pass through.
+    """
     return ClientApp(
         client_fn=make_client_fn(overrides, ignore_unknown=ignore_unknown),
         # dp_clipping_mod clips only when the server sends a clipping norm (dp = client); inner to
         # SecAgg+'s, so that an update is clipped before it is masked.
-        mods=[fault_injection_mod, secagg_client_mod(overrides, ignore_unknown=ignore_unknown), dp_clipping_mod],
+        mods=[
+            fault_injection_mod,
+            secagg_client_mod(overrides, ignore_unknown=ignore_unknown),
+            dp_clipping_mod,
+            message_api_mod(overrides, ignore_unknown=ignore_unknown),
+        ],
     )
+
+
+def make_message_client_app(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False) -> ClientApp:
+    """A ClientApp on Flower's Message API only: ``@app.train()``, ``@app.evaluate()`` and
+    ``@app.query()`` handlers over the configured method's client (arguments as in
+    :func:`make_client_app`), for a ``flwr.serverapp`` strategy, ours
+    (:class:`~fedapp.flower.message_api.MessageStrategy`) or a user's."""
+    numpy_client_fn = make_numpy_client_fn(overrides, ignore_unknown=ignore_unknown)
+    app = ClientApp(mods=[fault_injection_mod, dp_clipping_mod])
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        return answer(numpy_client_fn(context), msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        return answer(numpy_client_fn(context), msg)
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        return answer(numpy_client_fn(context), msg)
+
+    return app
 
 
 app = make_client_app()

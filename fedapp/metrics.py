@@ -124,7 +124,7 @@ LOCK_FILE = ".lock"
 
 
 # Run folders this process holds the lock of. A process takes its own lock over (a stopped run
-# resumed in the same process, as run_simulation does in tests); other processes are refused.
+# resumed in the same process, as the in-process simulation engine does in tests); other processes are refused.
 _HELD_LOCKS: dict[Path, IO[str]] = {}
 
 

@@ -17,6 +17,7 @@ from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
 from fedapp.errors import error_line
+from fedapp.flower.message_api import NO_TIMEOUT, MessageStrategy
 from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.secure_aggregation import run_secagg
 from fedapp.metrics import check_clients_trained, release_folder
@@ -78,17 +79,27 @@ def in_flight_messages(config: RunConfig) -> int:
     return max(1, min(config.num_partitions, MAX_IN_FLIGHT))
 
 
-def server_components(config: RunConfig) -> ServerAppComponents:
-    """The strategy (resumed from its checkpoint when ``resume``) and a server for the remaining rounds."""
+def prepared_strategy(config: RunConfig) -> tuple[Strategy, int]:
+    """The configured method's strategy, resumed from its checkpoint when ``resume`` and
+    wrapped for DP when ``dp`` is on, and the rounds it had completed."""
     strategy = build_strategy(config)
     completed = strategy.resume() if config.resume else 0
-    strategy = wrap_for_privacy(strategy, config)  # itself unless dp is on
-    remaining = max(config.num_rounds - completed, 0)
-    if remaining == 0:
+    if completed >= config.num_rounds:
         log.info("the checkpoint has all %d rounds already; nothing left to run", completed)
+    return wrap_for_privacy(strategy, config), completed  # itself unless dp is on
+
+
+def legacy_server(strategy: Strategy, completed: int, config: RunConfig) -> tuple[ResumingServer, ServerConfig]:
+    """Flower's legacy server for ``strategy`` and its schedule of the rounds after ``completed``."""
     server = ResumingServer(client_manager=SimpleClientManager(), strategy=strategy, completed_rounds=completed)
     server.set_max_workers(in_flight_messages(config))
-    return ServerAppComponents(server=server, config=server_config(config, remaining))
+    return server, server_config(config, max(config.num_rounds - completed, 0))
+
+
+def server_components(config: RunConfig) -> ServerAppComponents:
+    """The strategy (:func:`prepared_strategy`) and a legacy server for the remaining rounds."""
+    server, schedule = legacy_server(*prepared_strategy(config), config)
+    return ServerAppComponents(server=server, config=schedule)
 
 
 class OneLineErrors(logging.Filter):
@@ -150,13 +161,23 @@ _FLOWER_BOOKKEEPING = frozenset(
         "Evaluation returned no results (`None`)",  # every method evaluates on the clients, by design
         "configure_fit: strategy sampled %s clients (out of %s)",
         "configure_evaluate: strategy sampled %s clients (out of %s)",
+        # Strategy.start of the Message API (api = message)
+        "Starting %s strategy:",
+        "\t├── Number of rounds: %d",
+        "\t├── ArrayRecord (%.2f MB)",
+        "\t├── ConfigRecord (train): %s",
+        "\t├── ConfigRecord (evaluate): %s",
+        "[ROUND %s/%s]",
+        "\t└──> Aggregated MetricRecord: %s",
+        "Strategy execution finished in %.2fs",
     }
 )
 # Kept only when some client failed: "received 10 results and 0 failures" is no news.
 _FLOWER_FAILURE_COUNTS = frozenset(
     {"aggregate_fit: received %s results and %s failures", "aggregate_evaluate: received %s results and %s failures"}
 )
-_FLOWER_RUN_FINISHED = "Run finished %s round(s) in %.2fs"
+# Each is followed by a dump of every round's metrics (one record per line, with blank ones).
+_FLOWER_RUN_FINISHED = frozenset({"Run finished %s round(s) in %.2fs", "Final results:"})
 
 
 class QuietFlowerLog(logging.Filter):
@@ -167,7 +188,9 @@ class QuietFlowerLog(logging.Filter):
     lines, the sampling lines, "received N results and 0 failures" (kept when a client
     failed), the start-up lines about initial parameters and a server-side evaluation that no
     method does, and after the run its "Run finished" line with the ``History`` dump of
-    every round's losses and metrics (all in ``metrics.jsonl``).
+    every round's losses and metrics (all in ``metrics.jsonl``); on the Message API
+    likewise ``Strategy.start``'s header, round headers, aggregated-metrics lines and
+    "Final results" dump.
     """
 
     def __init__(self) -> None:
@@ -178,10 +201,10 @@ class QuietFlowerLog(logging.Filter):
         text = record.msg
         if record.levelno != logging.INFO or not isinstance(text, str):
             return True
-        if text == _FLOWER_RUN_FINISHED:
-            self.in_history = True  # the History dump follows, one record per line, up to a blank one
+        if text in _FLOWER_RUN_FINISHED:
+            self.in_history = True  # the History dump follows, one record per line
             return False
-        if self.in_history and text in ("\t%s", "%s"):
+        if self.in_history and text in ("\t%s", "%s", ""):
             return False
         self.in_history = False
         if text in _FLOWER_FAILURE_COUNTS:
@@ -230,9 +253,11 @@ def make_server_fn(overrides: Mapping[str, Any] | None = None):
 def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     """A ServerApp for this project (``overrides`` let tests and scripts set keys).
 
-    It runs :func:`server_components`' legacy server, as ``ServerApp(server_fn=...)``
-    would; with ``secagg = true`` the same strategy goes through Flower's
-    ``DefaultWorkflow`` with SecAgg+ fit rounds instead (:mod:`fedapp.flower.secure_aggregation`).
+    With ``api = legacy`` (the default) it runs :func:`server_components`' legacy
+    server, as ``ServerApp(server_fn=...)`` would; with ``secagg = true`` the same strategy
+    goes through Flower's ``DefaultWorkflow`` with SecAgg+ fit rounds instead
+    (:mod:`fedapp.flower.secure_aggregation`). With ``api = message`` the same strategy
+    runs on Flower's Message API, as :class:`~fedapp.flower.message_api.MessageStrategy`.
     """
     app = ServerApp()
 
@@ -241,17 +266,27 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
         quiet_flower_log()
         show_errors_as_one_line({**context.run_config, **(overrides or {})})
         config = resolve_run_config({**context.run_config, **(overrides or {})})
-        components = server_components(config)
+        strategy, completed = prepared_strategy(config)
         run_dir = Path(config.results_dir).expanduser() / config.resolved_run_name
         try:
-            if config.secagg:
-                run_secagg(grid, context, components.server.strategy, config, components.config)
-            else:  # what Flower's compatibility mode does with a server_fn's components
-                start_grid(grid=grid, server=components.server, config=components.config)
+            if config.api == "message":
+                message_strategy = MessageStrategy(strategy)
+                message_strategy.start(
+                    grid=grid,
+                    initial_arrays=message_strategy.initial_arrays(),
+                    num_rounds=message_strategy.rounds_left(),
+                    timeout=config.round_timeout if config.round_timeout > 0 else NO_TIMEOUT,
+                )
+            else:
+                server, schedule = legacy_server(strategy, completed, config)
+                if config.secagg:
+                    run_secagg(grid, context, strategy, config, schedule)
+                else:  # what Flower's compatibility mode does with a server_fn's components
+                    start_grid(grid=grid, server=server, config=schedule)
         finally:
             # Closing the recorder ends its tracker's run (FAILED unless the last round finished it);
             # a DP wrapper hands on the recorder of the strategy it wraps.
-            recorder = getattr(components.server.strategy, "recorder", None)
+            recorder = getattr(strategy, "recorder", None)
             if recorder is not None:
                 recorder.close()
             release_folder(run_dir)

@@ -1,6 +1,6 @@
 """Server-side Flower strategies, one per method (thin glue over fedapp's core).
 
-Every class here is a legacy :class:`flwr.server.strategy.Strategy`, usable in
+Every method's class here is a legacy :class:`flwr.server.strategy.Strategy`, usable in
 a ServerApp of your own (``ServerApp(server_fn=...)`` or ``DefaultWorkflow``
 with a ``LegacyContext``). Build one with
 :meth:`FedAppStrategy.from_config`, which reads ``num_classes`` and
@@ -9,11 +9,18 @@ with a ``LegacyContext``). Build one with
     config = resolve_run_config({"method": "pfedlora", "num-rounds": 2})
     strategy = PFedLoRAStrategy.from_config(config)
 
+:class:`MessageStrategy` puts any of them on Flower's Message API (a
+:class:`flwr.serverapp.strategy.Strategy` for an ``@app.main()`` ServerApp)::
+
+    strategy = MessageStrategy(PFedLoRAStrategy.from_config(config))
+    strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=2)
+
 The ClientApp must run the same ``method`` (``fedapp.client_app.make_client_app``
 reads it from the run config); :mod:`fedapp.registry` says which class serves
 which method.
 """
 
+from fedapp.flower.message_api import MessageStrategy
 from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
 from strategies.fd import FDStrategy
 from strategies.fedavg import FedAvgStrategy
@@ -44,6 +51,7 @@ __all__ = [
     "FedProtoStrategy",
     "FedVPTStrategy",
     "LGFedAvgStrategy",
+    "MessageStrategy",
     "PEPFedPTStrategy",
     "PFedLoRAStrategy",
     "PerClassStrategy",

@@ -8,6 +8,7 @@ The suite has three tiers, one folder each (``tests/unit``, ``tests/integration`
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,14 @@ def clip():
     from fedapp.models import TINY_CLIP, load_open_clip  # noqa: PLC0415 - only tests that use it pay the import
 
     return load_open_clip(TINY_CLIP)
+
+
+@pytest.fixture
+def task_identity() -> Iterator[None]:
+    """Messages are stamped with the run of the process (Flower sets it in a ServerApp's)."""
+    from flwr.supercore.task_identity import TaskIdentity  # noqa: PLC0415 - only the Message API tests need it
+
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved

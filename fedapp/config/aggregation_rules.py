@@ -88,6 +88,11 @@ def check_secagg_config(config: RunConfig) -> None:
             f"config key 'secagg' = true: method '{method}' cannot use secure aggregation, because it "
             f"{spec.uploads_note}; methods that can: {', '.join(methods_where(averages_parameters=True))}"
         )
+    if config.api == "message":
+        raise ConfigError(
+            "config keys 'secagg' = true and 'api' = 'message': Flower 1.42 offers SecAgg+ only through its legacy "
+            "workflow (SecAggPlusWorkflow + secaggplus_mod); run secure aggregation with api = 'legacy'"
+        )
     if config.resume:
         raise ConfigError(
             "config keys 'secagg' = true and 'resume' = true: resuming a run under secure aggregation is not "

@@ -107,11 +107,20 @@ GROUPS: tuple[Group, ...] = (
         "Rounds and local training",
         _keys(
             "num-rounds fraction-fit fraction-evaluate min-clients local-epochs batch-size lr momentum "
-            "weight-decay device"
+            "weight-decay device api"
         ),
         (
             "`min-clients` may not exceed `num-partitions`. `device = auto` trains on `cuda` when torch sees a "
             "GPU, else on the CPU, with one log line per process saying which (see [GPUs](getting-started.md#gpus)).",
+            "`api` is the Flower API our ServerApp drives the method's strategy on: `legacy` (Flower's `Strategy` "
+            "and `NumPyClient`) or `message` (the Message API of Flower's `flwr new` templates, through "
+            "`MessageStrategy`); the method computes and records the same either way, our ClientApp answers "
+            "both, and `secagg = true` needs `legacy` (Flower offers SecAgg+ only on its legacy workflow). "
+            "The run config may also name two keys as those templates do: `num-server-rounds` is read as "
+            "`num-rounds` and `fraction-train` as `fraction-fit` (set only one name of each, or both to the same "
+            "value), so an app made with `flwr new` keeps its `[tool.flwr.app.config]`; `fraction-evaluate`, "
+            "`local-epochs` and `lr` are ours already (see "
+            "[Using our strategies in your own ServerApp](deployment.md#using-our-strategies-in-your-own-serverapp)).",
         ),
     ),
     Group(

@@ -127,16 +127,45 @@ def unknown_keys_error(unknown: list[str], *, where: str = "", list_valid: bool 
     return ConfigError(f"unknown config key(s){where}: {named}{valid}")
 
 
+FLOWER_TEMPLATE_KEYS: dict[str, str] = {"num-server-rounds": "num-rounds", "fraction-train": "fraction-fit"}
+"""Run-config names of Flower's app templates (``flwr new``) that name one of our keys
+otherwise; the template's ``fraction-evaluate``, ``local-epochs`` and ``lr`` are ours already."""
+
+
+def translate_template_keys(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """``run_config`` with Flower's template names (:data:`FLOWER_TEMPLATE_KEYS`) under ours.
+
+    As in :func:`resolve_run_config`, our key counts as set when it differs from its
+    default: a template name then has to agree with it, or the run is refused.
+    """
+    values = dict(run_config)
+    for template, ours in FLOWER_TEMPLATE_KEYS.items():
+        if template not in values:
+            continue
+        value = values.pop(template)
+        default = SCHEMA[ours].default
+        if ours in values and values[ours] != default and values[ours] != value:
+            raise ConfigError(
+                f"config keys '{template}' = {value!r} and '{ours}' = {values[ours]!r} name the same setting "
+                f"with different values; set one of them"
+            )
+        if ours not in values or values[ours] == default:
+            values[ours] = value
+    return values
+
+
 def resolve_run_config(run_config: Mapping[str, Any], *, ignore_unknown: bool = False) -> RunConfig:
     """Merge defaults, the selected preset and explicit overrides, then validate.
 
     Flower passes the app's defaults already merged with ``--run-config``, so an
     override is recognised as a value that differs from the default; those win
-    over the preset, every other key takes the preset's value. Unknown keys are
+    over the preset, every other key takes the preset's value. Flower's template names
+    (``num-server-rounds``, ``fraction-train``) are read as ours. Unknown keys are
     an error (they are usually typos) unless ``ignore_unknown``: a project that
     embeds our strategies or ClientApp may carry keys of its own in the same
     run config, and those are then left out.
     """
+    run_config = translate_template_keys(run_config)
     unknown = sorted(set(run_config) - set(SCHEMA))
     if unknown and ignore_unknown:
         run_config = {name: value for name, value in run_config.items() if name in SCHEMA}

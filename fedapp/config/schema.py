@@ -30,6 +30,7 @@ MAX_SYNTHETIC_DOMAINS = 6
 STATE_BACKENDS = ("memory", "disk")
 DEVICES = ("auto", "cpu", "cuda")
 TRACKERS = ("none", "mlflow", "tensorboard")
+FLOWER_APIS = ("legacy", "message")
 DATASET_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100}
 # Where the app's own files live; presets given as relative paths are also
 # looked up here, so they resolve the same inside a Flower app bundle (this file is
@@ -241,6 +242,12 @@ class Settings:
     )
     tracking_uri: str = setting("", "tracker = mlflow: tracking URI (default: sqlite:///<results-dir>/mlflow.db)")
     export_models: bool = setting(True, "write the global and personal models as safetensors under models/")
+    api: str = setting(
+        "legacy",
+        "Flower API our ServerApp drives the strategy on: legacy (Strategy + NumPyClient) or message "
+        "(flwr.serverapp Strategy + ClientApp handlers)",
+        choices=FLOWER_APIS,
+    )
     dp: str = setting(
         "off",
         "client-level differential privacy: off, server (server clips) or client (clients clip)",
@@ -294,6 +301,7 @@ NOT_SETTINGS = frozenset(
         "tracker",
         "tracking-uri",
         "export-models",
+        "api",
     }
 )
 """Keys that do not change what a run computes beyond its seed: runs differing only in them are

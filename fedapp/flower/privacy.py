@@ -40,6 +40,7 @@ import logging
 import numpy as np
 from flwr.app import Context, Message, MessageType
 from flwr.client.mod import fixedclipping_mod
+from flwr.clientapp.mod import fixedclipping_mod as message_fixedclipping_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import ClientManager
@@ -272,8 +273,12 @@ def dp_clipping_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -
     through, so every ClientApp of this project can carry it.
     """
     if msg.metadata.message_type == MessageType.TRAIN and not msg.has_error():
-        # A legacy fit instruction keeps its config here (flwr.compat's FitIns encoding).
+        # A legacy fit instruction keeps its config here (flwr.compat's FitIns encoding) ...
         config = msg.content.config_records.get("fitins.config")
         if config is not None and KEY_CLIPPING_NORM in config:
             return fixedclipping_mod(msg, ctxt, call_next)
+        # ... a Message-API one in "config", clipped by the Message API's own mod.
+        config = msg.content.config_records.get("config")
+        if config is not None and KEY_CLIPPING_NORM in config:
+            return message_fixedclipping_mod(msg, ctxt, call_next)
     return call_next(msg, ctxt)

@@ -66,13 +66,13 @@ from flwr.common import (
     parameters_to_ndarrays,
 )
 from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
-from flwr.simulation import run_simulation
 
 from fedapp.client_app import make_client_fn
 from fedapp.metrics import read_metrics
 from fedapp.server_app import make_server_fn
+from tests import simulation
+from tests.simulation import BACKEND
 
-BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
 CHEAP = {"num-partitions": 4, "min-clients": 2, "batch-size": 32, "model": "cnn-5", "run-name": "run"}
 
 # Schedule: round -> {partition: fault}. Each round of the FedAvg run has one faulty
@@ -275,7 +275,7 @@ def simulate(directory: Path, faults: Mapping[int, Mapping[int, str]], **overrid
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("FEDAPP_CACHE_DIR", str(directory.parent / "fedapp-cache"))
-            run_simulation(
+            simulation.simulate(
                 spy.server_app(overrides),
                 faulty_client_app(overrides, faults),
                 num_supernodes=overrides["num-partitions"],

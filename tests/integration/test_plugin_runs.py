@@ -1,9 +1,16 @@
 """Our strategies inside a *user's own* ServerApp, written the way a user would, run in Ray simulations.
 
 Each test writes a ServerApp module as source text, imports it from
-``tmp_path`` and runs it against this project's ClientApp. Two styles are
-covered: the legacy ``ServerApp(server_fn=...)`` and the ``@app.main()`` style
-that drives a strategy through Flower's ``DefaultWorkflow``.
+``tmp_path`` and runs it against this project's ClientApp. Three styles are
+covered:
+
+* ``server_fn``: the legacy ``ServerApp(server_fn=...)`` returning our strategy;
+* ``workflow``: ``@app.main()`` driving our strategy through Flower's legacy
+  ``DefaultWorkflow``;
+* ``message``: Flower 1.42's ``flwr new`` Message-API style, ``@app.main()`` calling
+  ``MessageStrategy(...).start(grid=..., ...)``, with the template's run-config keys
+  (``num-server-rounds``, ``fraction-train``, ``local-epochs``, ``lr``). One of its
+  runs answers with the pure Message-API ClientApp (``make_message_client_app``).
 """
 
 from __future__ import annotations
@@ -16,13 +23,11 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from flwr.simulation import run_simulation
+from flwr.serverapp.strategy import Result
 
 import strategies
-from fedapp.client_app import make_client_app
-
-BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
-
+from fedapp.client_app import make_client_app, make_message_client_app
+from tests.simulation import simulate
 
 SUPERNODES = 2
 
@@ -81,6 +86,34 @@ def main(grid: Grid, context: Context) -> None:
 '''
 
 
+MESSAGE_APP = '''
+"""A user's ServerApp (Flower 1.42 ``flwr new`` Message-API style) on one of fedapp's strategies."""
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedapp.config import resolve_run_config
+from strategies import MessageStrategy, {cls}
+
+RUN_CONFIG = {run_config!r}
+BUILT = []  # the strategies this app built, kept for a look after the run
+RESULTS = []  # what each start() returned
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    # The user's own keys (and the template's names for ours) ride along in the same run config.
+    config = resolve_run_config({{**context.run_config, **RUN_CONFIG}}, ignore_unknown=True)
+    strategy = MessageStrategy({cls}.from_config(config))
+    BUILT.append(strategy)
+    RESULTS.append(strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=2))
+'''
+
+APP_SOURCES = {"server_fn": SERVER_FN_APP, "workflow": WORKFLOW_APP, "message": MESSAGE_APP}
+
+
 # One method per family, with the cheap settings of the family's own tests.
 CASES = {
     "pfedlora": ("PFedLoRAStrategy", {"client-models": "cnn-1,cnn-3"}),
@@ -90,13 +123,19 @@ CASES = {
 }
 
 
-def run_config(method: str) -> dict:
+# A ``flwr new`` project's run config, as its pyproject.toml names the keys (all four
+# read as ours; lr differs from our default so that its arrival can be seen).
+TEMPLATE_KEYS = {"num-server-rounds": 2, "fraction-train": 1.0, "local-epochs": 1, "lr": 0.01}
+
+
+def run_config(method: str, style: str = "server_fn") -> dict:
     """The keys both the user's ServerApp and our ClientApp run with (one of them the user's own)."""
+    rounds = TEMPLATE_KEYS if style == "message" else {"num-rounds": 2}
     return {
         "my-experiment-tag": "plugin-test",
         "method": method,
         "num-partitions": SUPERNODES,
-        "num-rounds": 2,
+        **rounds,
         "batch-size": 32,
         "device": "cpu",
         **CASES[method][1],
@@ -105,8 +144,7 @@ def run_config(method: str) -> dict:
 
 def user_app(tmp_path: Path, style: str, method: str) -> ModuleType:
     """Write a user's ServerApp module for ``method`` in ``style`` and import it."""
-    template = SERVER_FN_APP if style == "server_fn" else WORKFLOW_APP
-    source = template.format(cls=CASES[method][0], run_config=run_config(method))
+    source = APP_SOURCES[style].format(cls=CASES[method][0], run_config=run_config(method, style))
     path = tmp_path / f"user_{style}_{method.replace('-', '_')}.py"
     path.write_text(textwrap.dedent(source).lstrip())
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -115,14 +153,9 @@ def user_app(tmp_path: Path, style: str, method: str) -> ModuleType:
     return module
 
 
-def simulate(module: ModuleType, method: str) -> tuple[strategies.FedAppStrategy, object | None]:
-    """Run the user's ServerApp against our ClientApp; return its strategy and Flower's History."""
-    run_simulation(
-        module.app,
-        make_client_app(run_config(method), ignore_unknown=True),
-        num_supernodes=SUPERNODES,
-        backend_config=BACKEND,
-    )
+def run_user_app(module: ModuleType, method: str) -> tuple[strategies.FedAppStrategy, object | None]:
+    """Run the user's (legacy-style) ServerApp against our ClientApp; return its strategy and Flower's History."""
+    simulate(module.app, make_client_app(run_config(method), ignore_unknown=True), num_supernodes=SUPERNODES)
     if hasattr(module, "RUNS"):
         assert len(module.RUNS) == 1, "the user's main() did not finish"
         legacy = module.RUNS[0]
@@ -154,16 +187,8 @@ def changed(before: list[np.ndarray], after: list[np.ndarray]) -> bool:
     return any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
 
 
-# Styles alternate across families, so each style runs twice; see the durations
-# report for what the full cross product would cost.
-@pytest.mark.parametrize(
-    ("style", "method"),
-    [("server_fn", "pfedlora"), ("workflow", "sdfed"), ("workflow", "fedd2p"), ("server_fn", "pep-fedpt")],
-)
-def test_strategy_runs_inside_a_user_server_app(tmp_path, style, method):
-    module = user_app(tmp_path, style, method)
-    strategy, history = simulate(module, method)
-    check_common(strategy, history, CASES[method][0])
+def check_method(strategy: strategies.FedAppStrategy, method: str) -> None:
+    """The global state moved from round 1's, in the way ``method`` moves it."""
     final = strategy.global_arrays
     # A fresh strategy's initial arrays are what round 1 sent (every initialisation is seeded).
     initial = type(strategy).from_config(strategy.config).initial_arrays()
@@ -182,3 +207,54 @@ def test_strategy_runs_inside_a_user_server_app(tmp_path, style, method):
         assert all(r.extra.get("eval_adapter_accuracy") is not None for r in strategy.history)
     elif method == "sdfed":
         assert strategy.history[-1].extra["fit_local_prompt_length"] > 0
+
+
+# Styles alternate across families, so each style runs twice; see the durations
+# report for what the full cross product would cost.
+@pytest.mark.parametrize(
+    ("style", "method"),
+    [("server_fn", "pfedlora"), ("workflow", "sdfed"), ("workflow", "fedd2p"), ("server_fn", "pep-fedpt")],
+)
+def test_strategy_runs_inside_a_user_server_app(tmp_path, style, method):
+    module = user_app(tmp_path, style, method)
+    strategy, history = run_user_app(module, method)
+    check_common(strategy, history, CASES[method][0])
+    check_method(strategy, method)
+
+
+# SDFed answers from the pure Message-API ClientApp (handlers only), the others from
+# our ClientApp that serves both APIs.
+@pytest.mark.parametrize(
+    ("method", "client_app_factory"),
+    [
+        ("pfedlora", make_client_app),
+        ("sdfed", make_message_client_app),
+        ("fedd2p", make_client_app),
+        ("pep-fedpt", make_client_app),
+    ],
+)
+def test_strategy_runs_inside_a_user_message_api_server_app(tmp_path, method, client_app_factory):
+    module = user_app(tmp_path, "message", method)
+    config = run_config(method, "message")
+    simulate(module.app, client_app_factory(config, ignore_unknown=True), num_supernodes=SUPERNODES)
+    assert len(module.RESULTS) == 1, "the user's main() did not finish"
+    result, message_strategy = module.RESULTS[0], module.BUILT[0]
+    assert isinstance(result, Result)
+    strategy = message_strategy.strategy
+    # The template's key names reached our config (num-rounds and lr are not our defaults).
+    assert (strategy.config.num_rounds, strategy.config.lr, strategy.config.fraction_fit) == (2, 0.01, 1.0)
+    check_common(strategy, None, CASES[method][0])
+    records = strategy.history
+    # Flower's Result holds, per round, what our strategy recorded.
+    assert sorted(result.evaluate_metrics_clientapp) == [1, 2]
+    for r in records:
+        acc = result.evaluate_metrics_clientapp[r.round]["acc_mean"]
+        assert isinstance(acc, float) and math.isfinite(acc) and 0.0 <= acc <= 1.0
+        assert acc == r.acc_mean
+    assert sorted(result.train_metrics_clientapp) == [r.round for r in records if r.clients_fit > 0]
+    for rnd, metrics in result.train_metrics_clientapp.items():
+        assert metrics["train_loss"] == records[rnd - 1].train_loss
+    # The arrays start() returned are the method's final global state.
+    returned = result.arrays.to_numpy_ndarrays()
+    assert not changed(strategy.global_arrays, returned)
+    check_method(strategy, method)

@@ -10,11 +10,10 @@ from fedapp.dp import epsilon
 
 
 def test_simulation_reports_epsilon_per_round_and_in_the_summary(tmp_path):
-    from flwr.simulation import run_simulation  # noqa: PLC0415
-
     from fedapp.client_app import make_client_app  # noqa: PLC0415
     from fedapp.metrics import read_metrics  # noqa: PLC0415
     from fedapp.server_app import make_server_app  # noqa: PLC0415
+    from tests.simulation import BACKEND, simulate  # noqa: PLC0415
 
     overrides = {
         "method": "fedavg",
@@ -27,11 +26,11 @@ def test_simulation_reports_epsilon_per_round_and_in_the_summary(tmp_path):
         "dp-noise-multiplier": 0.3,
         "dp-clipping-norm": 0.2,
     }
-    run_simulation(
+    simulate(
         make_server_app(overrides),
         make_client_app(overrides),
         num_supernodes=2,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}},
+        backend_config=BACKEND,
     )
     rows = read_metrics(tmp_path / "dp" / "metrics.jsonl")
     assert [r["round"] for r in rows] == [1, 2]

@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import pytest
-from flwr.simulation import run_simulation
 
 from fedapp.clientdata import base_class_count, load_client_data, load_dataset
 from fedapp.config import METHODS, held_out_partitions, resolve_run_config
@@ -21,6 +20,7 @@ from fedapp.inprocess import InProcessClients
 from fedapp.metrics import read_metrics
 from fedapp.report import load_run
 from fedapp.server_app import build_strategy
+from tests.simulation import BACKEND, simulate
 from tests.unit.test_protocols import DOMAIN_PROTOCOL, METHOD_SETTINGS
 
 
@@ -137,11 +137,11 @@ def test_domain_held_out_and_base_to_novel_in_a_ray_simulation(tmp_path):
         "results-dir": str(tmp_path / "results"),
         "run-name": "run",
     }
-    run_simulation(
+    simulate(
         make_server_app(overrides),
         make_client_app(overrides),
         num_supernodes=4,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}},
+        backend_config=BACKEND,
     )
     rows = read_metrics(tmp_path / "results" / "run" / "metrics.jsonl")
     assert [r["round"] for r in rows] == [1, 2]

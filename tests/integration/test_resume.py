@@ -13,7 +13,6 @@ import json
 
 import pytest
 from flwr.server import ServerApp, ServerConfig
-from flwr.simulation import run_simulation
 
 from fedapp.checkpoint import load_checkpoint
 from fedapp.client_app import make_client_app
@@ -21,9 +20,8 @@ from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
 from fedapp.metrics import read_metrics
 from fedapp.server_app import server_components
-
-BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
-
+from tests import simulation
+from tests.simulation import BACKEND
 
 TIMINGS = {"round_seconds"}
 
@@ -49,7 +47,9 @@ def simulate(tmp_path, name: str, stop_after: int | None = None, **overrides) ->
             components.config = ServerConfig(num_rounds=stop_after)
         return components
 
-    run_simulation(ServerApp(server_fn=server_fn), make_client_app(overrides), num_supernodes=4, backend_config=BACKEND)
+    simulation.simulate(
+        ServerApp(server_fn=server_fn), make_client_app(overrides), num_supernodes=4, backend_config=BACKEND
+    )
     return read_metrics(tmp_path / name / "run" / "metrics.jsonl")
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from flwr.client import ClientApp
 from flwr.common import FitIns, FitRes, parameters_to_ndarrays
-from flwr.simulation import run_simulation
 
 from fedapp.checkpoint import FILENAME as CHECKPOINT_FILE
 from fedapp.checkpoint import load_checkpoint
@@ -20,9 +19,8 @@ from fedapp.flower.secure_aggregation import secagg_client_mod
 from fedapp.metrics import read_metrics
 from fedapp.secagg import error_bound
 from fedapp.server_app import make_server_app
+from tests.simulation import BACKEND, simulate
 from tests.unit.test_secagg import CLIENTS
-
-BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
 
 
 def capturing_client_app(overrides: dict, out_dir: Path) -> ClientApp:
@@ -60,7 +58,7 @@ def run_secure(tmp_path: Path, **extra) -> tuple[list[dict], list[np.ndarray], l
         "secagg": True,
         **extra,
     }
-    run_simulation(
+    simulate(
         make_server_app(overrides),
         capturing_client_app(overrides, uploads),
         num_supernodes=CLIENTS,

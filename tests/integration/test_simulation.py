@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from flwr.simulation import run_simulation
 
 from fedapp.client_app import make_client_app
 from fedapp.metrics import read_metrics
 from fedapp.server_app import make_server_app
-
-BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}}
+from tests import simulation
+from tests.simulation import BACKEND
 
 
 def simulate(tmp_path, **overrides):
@@ -23,7 +22,7 @@ def simulate(tmp_path, **overrides):
         "batch-size": 32,
         **overrides,
     }
-    run_simulation(
+    simulation.simulate(
         make_server_app(overrides),
         make_client_app(overrides),
         num_supernodes=overrides["num-partitions"],

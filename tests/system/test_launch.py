@@ -60,7 +60,7 @@ def test_a_temporary_flower_home_is_removed_even_when_the_run_fails(tmp_path, mo
     assert (given / "config.toml").exists()
 
 
-def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
+def test_flwr_run_completes_and_stops_its_superlink(tmp_path, capfd):
     # Something already answers on Flower's default local SuperLink port (another
     # user's or another launch's SuperLink): the launch must use its own.
     try:
@@ -78,6 +78,10 @@ def test_flwr_run_completes_and_stops_its_superlink(tmp_path):
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["clients_fit"] for r in rows] == [3, 3]
     assert superlink_pids(home.resolve()) == []
+    # Flower names a deprecated API the app uses in a "DEPRECATED FEATURE" warning in the run's log.
+    log = "".join(capfd.readouterr())
+    assert ROUND_LINE.search(log), log[-3000:]  # the streamed log was captured
+    assert "DEPRECATED" not in log, log[-3000:]
     if impostor is not None:
         impostor.shutdown()
 

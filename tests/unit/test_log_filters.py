@@ -1,4 +1,5 @@
-"""The ServerApp's quiet log: Flower's per-round bookkeeping and its History dump left out, every
+"""The ServerApp's quiet log: Flower's per-round bookkeeping and its History dump left out (on
+both of Flower's APIs), every
 warning and our own lines kept, Ray's accelerator FutureWarning hidden, colours off with NO_COLOR."""
 
 from __future__ import annotations
@@ -7,9 +8,12 @@ import io
 import logging
 import warnings
 
+import numpy as np
 import pytest
+from flwr.app import ArrayRecord, MetricRecord
 from flwr.common.logger import console_handler
 from flwr.server.history import History
+from flwr.serverapp.strategy import Strategy as MessageApiStrategy
 
 from fedapp.server_app import RAY_ACCELERATOR_TIP, QuietFlowerLog, hide_ray_accelerator_tip, quiet_flower_log
 
@@ -134,3 +138,44 @@ def test_flowers_debug_level_keeps_its_whole_log(flower_logger_state, monkeypatc
     quiet_flower_log()
     assert not any(isinstance(f, QuietFlowerLog) for f in flower_logger_state.filters)
     assert console_handler.colored is colored
+
+
+class RoundLineStrategy(MessageApiStrategy):
+    """A Message-API strategy with no clients that logs one line per round, as ours do."""
+
+    def configure_train(self, server_round, arrays, config, grid):
+        return []
+
+    def aggregate_train(self, server_round, replies):
+        return ArrayRecord([np.zeros(2)]), MetricRecord({"train_loss": 1.5})
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return []
+
+    def aggregate_evaluate(self, server_round, replies):
+        logging.getLogger("flwr").info("round %d/2 | acc mean 0.5", server_round)
+        return MetricRecord({"acc_mean": 0.5})
+
+    def summary(self):
+        logging.getLogger("flwr").info("RoundLineStrategy on Flower's Message API")
+
+
+class NoNodes:
+    def send_and_receive(self, messages, *, timeout=None):
+        return list(messages)
+
+
+def test_the_message_apis_start_logs_only_our_lines(flower_logger_state):
+    seen = io.StringIO()
+    handler = logging.StreamHandler(seen)
+    flower_logger_state.addHandler(handler)
+    flower_logger_state.addFilter(QuietFlowerLog())
+    try:
+        RoundLineStrategy().start(grid=NoNodes(), initial_arrays=ArrayRecord([np.zeros(2)]), num_rounds=2)
+    finally:
+        flower_logger_state.removeHandler(handler)
+    assert seen.getvalue().splitlines() == [
+        "RoundLineStrategy on Flower's Message API",
+        "round 1/2 | acc mean 0.5",
+        "round 2/2 | acc mean 0.5",
+    ]

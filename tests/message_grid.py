@@ -1,0 +1,61 @@
+"""Flower's Message API in this process, for the tests: a grid whose nodes are our clients."""
+
+from __future__ import annotations
+
+from flwr.app import Message, MessageType
+from flwr.common import Error
+
+from fedapp.clientdata import load_client_data
+from fedapp.config import resolve_run_config
+from fedapp.flower.message_api import MessageStrategy, answer
+from fedapp.registry import client_class
+from fedapp.state import MemoryStateStore
+from fedapp.training import select_device
+
+FIRST_NODE = 101
+
+
+class InProcessGrid:
+    """A grid whose nodes are our clients in this process (node id ``101 + partition``);
+    ``fail`` maps a node to "error" (it answers with an error) or "silent" (no reply)."""
+
+    def __init__(self, overrides: dict, fail: dict[int, str] | None = None) -> None:
+        config = resolve_run_config(overrides)
+        device = select_device(config.device)
+        self.clients = {
+            FIRST_NODE + p: client_class(config.method)(
+                config, load_client_data(config, p, config.num_partitions), MemoryStateStore({}), device
+            )
+            for p in range(config.num_partitions)
+        }
+        self.fail = fail or {}
+        self.sent: list[Message] = []
+
+    def get_node_ids(self):
+        return list(self.clients)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for message in messages:
+            self.sent.append(message)
+            node = message.metadata.dst_node_id
+            failure = self.fail.get(node) if message.metadata.message_type != MessageType.QUERY else None
+            if failure == "silent":
+                continue
+            if failure == "error":
+                replies.append(Message(Error(code=0, reason=f"node {node} crashed"), reply_to=message))
+                continue
+            replies.append(answer(self.clients[node], message))
+        return replies
+
+
+def run_on_message_api(overrides: dict, grid: InProcessGrid | None = None, *, record: bool = False):
+    """``(MessageStrategy, Result)`` of the configured run, driven by Flower's ``Strategy.start``."""
+    strategy = MessageStrategy.from_config(resolve_run_config(overrides), record=record)
+    grid = grid or InProcessGrid(overrides)
+    try:
+        result = strategy.start(grid=grid, initial_arrays=strategy.initial_arrays(), num_rounds=strategy.rounds_left())
+    finally:
+        if strategy.strategy.recorder is not None:
+            strategy.strategy.recorder.close()
+    return strategy, result
