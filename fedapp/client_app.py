@@ -249,18 +249,11 @@ def make_message_client_app(overrides: Mapping[str, Any] | None = None, *, ignor
     numpy_client_fn = make_numpy_client_fn(overrides, ignore_unknown=ignore_unknown)
     app = ClientApp(mods=[fault_injection_mod, dp_clipping_mod])
 
-    @app.train()
-    def train(msg: Message, context: Context) -> Message:
+    def handle(msg: Message, context: Context) -> Message:  # answer() tells the three kinds apart
         return answer(numpy_client_fn(context), msg)
 
-    @app.evaluate()
-    def evaluate(msg: Message, context: Context) -> Message:
-        return answer(numpy_client_fn(context), msg)
-
-    @app.query()
-    def query(msg: Message, context: Context) -> Message:
-        return answer(numpy_client_fn(context), msg)
-
+    for register in (app.train, app.evaluate, app.query):
+        register()(handle)
     return app
 
 

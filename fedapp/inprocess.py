@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flwr.client import Client
+from flwr.client import Client, NumPyClient
 
 from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
@@ -23,17 +23,22 @@ from fedapp.state import MemoryStateStore
 from fedapp.training import select_device
 
 
-def build_clients(overrides: Mapping[str, Any], partitions: Iterable[int]) -> dict[int, Client]:
-    """The clients of ``partitions``, built once, each with its own in-memory state."""
+def build_numpy_clients(overrides: Mapping[str, Any], partitions: Iterable[int]) -> dict[int, NumPyClient]:
+    """The method's NumPyClients of ``partitions``, built once, each with its own in-memory state."""
     config = resolve_run_config(dict(overrides))
-    num_clients = config.num_partitions
     device = select_device(config.device)
-    clients = {}
-    for partition in partitions:
-        data = load_client_data(config, partition, num_clients)
-        client = client_class(config.method)(config, data, MemoryStateStore({}), device)
-        clients[partition] = client.to_client()
-    return clients
+    method_client = client_class(config.method)
+    return {
+        partition: method_client(
+            config, load_client_data(config, partition, config.num_partitions), MemoryStateStore({}), device
+        )
+        for partition in partitions
+    }
+
+
+def build_clients(overrides: Mapping[str, Any], partitions: Iterable[int]) -> dict[int, Client]:
+    """:func:`build_numpy_clients`, as Flower ``Client`` objects."""
+    return {partition: client.to_client() for partition, client in build_numpy_clients(overrides, partitions).items()}
 
 
 class InProcessClients:

@@ -5,12 +5,9 @@ from __future__ import annotations
 from flwr.app import Message, MessageType
 from flwr.common import Error
 
-from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.flower.message_api import MessageStrategy, answer
-from fedapp.registry import client_class
-from fedapp.state import MemoryStateStore
-from fedapp.training import select_device
+from fedapp.inprocess import build_numpy_clients
 
 FIRST_NODE = 101
 
@@ -20,14 +17,8 @@ class InProcessGrid:
     ``fail`` maps a node to "error" (it answers with an error) or "silent" (no reply)."""
 
     def __init__(self, overrides: dict, fail: dict[int, str] | None = None) -> None:
-        config = resolve_run_config(overrides)
-        device = select_device(config.device)
-        self.clients = {
-            FIRST_NODE + p: client_class(config.method)(
-                config, load_client_data(config, p, config.num_partitions), MemoryStateStore({}), device
-            )
-            for p in range(config.num_partitions)
-        }
+        partitions = range(resolve_run_config(overrides).num_partitions)
+        self.clients = {FIRST_NODE + p: client for p, client in build_numpy_clients(overrides, partitions).items()}
         self.fail = fail or {}
         self.sent: list[Message] = []
 

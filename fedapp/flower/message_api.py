@@ -37,7 +37,6 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -281,10 +280,7 @@ class MessageStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        server_round += self.completed_rounds
-        parameters = self._parameters(arrays)
-        instructions = self.strategy.configure_fit(server_round, parameters, self._grid_nodes(grid))
-        return self._messages(server_round, MessageType.TRAIN, instructions, config)
+        return self._configure(MessageType.TRAIN, server_round + self.completed_rounds, arrays, config, grid)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -298,10 +294,7 @@ class MessageStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        server_round += self.completed_rounds
-        parameters = self._parameters(arrays)
-        instructions = self.strategy.configure_evaluate(server_round, parameters, self._grid_nodes(grid))
-        return self._messages(server_round, MessageType.EVALUATE, instructions, config)
+        return self._configure(MessageType.EVALUATE, server_round + self.completed_rounds, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         server_round += self.completed_rounds
@@ -329,11 +322,16 @@ class MessageStrategy(Strategy):
                 )
         return ndarrays_to_parameters(ndarrays)
 
-    def _messages(
-        self, server_round: int, kind: str, instructions: list[tuple[ClientProxy, Any]], config: ConfigRecord
+    def _configure(
+        self, kind: str, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> list[Message]:
+        """The strategy's ``configure_fit`` / ``configure_evaluate`` instructions, as Messages."""
+        parameters = self._parameters(arrays)
+        configure = self.strategy.configure_fit if kind == MessageType.TRAIN else self.strategy.configure_evaluate
+        instructions = configure(server_round, parameters, self._grid_nodes(grid))
         self._sent[server_round] = {int(proxy.cid): proxy for proxy, _ in instructions}
-        records: dict[int, ArrayRecord] = {}  # one record per distinct payload (usually one for all)
+        # One record per distinct payload (usually one for all); the global arrays go out as given.
+        records: dict[int, ArrayRecord] = {id(parameters): arrays}
         messages = []
         for proxy, ins in instructions:
             key = id(ins.parameters)
