@@ -32,6 +32,7 @@ from fedapp.clientdata import CLASS_NAMES_KEY, ClientData, check_class_agreement
 from fedapp.config import SCHEMA, RunConfig, resolve_run_config
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.errors import ConfigError
+from fedapp.extras import check_client_extras
 from fedapp.flower.message_api import answer, is_message_api
 from fedapp.flower.privacy import dp_clipping_mod
 from fedapp.flower.secure_aggregation import secagg_client_mod
@@ -175,6 +176,14 @@ def _resolved_config(items: tuple[tuple[str, Any], ...], ignore_unknown: bool) -
     return resolve_run_config(dict(items), ignore_unknown=ignore_unknown)
 
 
+def own_data_config(values: Mapping[str, Any], local_dir: str, ignore_unknown: bool) -> RunConfig:
+    """The run config of a node that reads its own ``local_dir``: validated with that folder as
+    its ``data-dir`` (the run config's is the server's path, which a device need not have), then
+    given the server's value back, so that a derived run name is the server's."""
+    config = resolved_config({**values, "data-dir": local_dir}, ignore_unknown)
+    return RunConfig.from_values({**config.as_dict(), "data-dir": values.get("data-dir", SCHEMA["data-dir"].default)})
+
+
 def make_numpy_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False):
     """A function of a node's ``Context`` that builds the configured method's NumPyClient,
     whose run config is Flower's with ``overrides`` on top.
@@ -184,10 +193,14 @@ def make_numpy_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_u
     """
 
     def numpy_client_fn(context: Context) -> NumPyClient:
-        config = resolved_config({**context.run_config, **(overrides or {})}, ignore_unknown)
+        values = {**context.run_config, **(overrides or {})}
+        local_dir = str(context.node_config.get("data-dir", ""))
+        config = (
+            own_data_config(values, local_dir, ignore_unknown) if local_dir else resolved_config(values, ignore_unknown)
+        )
         config = node_view(config, context.node_config, on_supernode())
         partition_id, num_partitions = node_partition(context.node_config, config)
-        local_dir = str(context.node_config.get("data-dir", ""))
+        check_client_extras(config, own_data_dir=bool(local_dir))  # before the data and the model
         data = load_client_data(config, partition_id, num_partitions, local_dir)
         store = make_store(context, config, partition_id)
         client = client_class(config.method)(config, data, store, select_device(config.device))

@@ -17,12 +17,12 @@ from flwr.server.strategy import Strategy
 
 from fedapp.config import RunConfig, resolve_run_config
 from fedapp.errors import error_line
+from fedapp.extras import check_server_extras
 from fedapp.flower.message_api import NO_TIMEOUT, MessageStrategy
 from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.secure_aggregation import run_secagg
 from fedapp.metrics import check_clients_trained, release_folder
 from fedapp.registry import strategy_class
-from fedapp.tracking import check_tracker_installed
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -31,11 +31,11 @@ def build_strategy(config: RunConfig, *, record: bool = True):
     """The configured method's strategy, after the data has been checked.
 
     Loading and partitioning the source here means a missing folder, a corrupt
-    image or an empty client stops the run before any client trains; a tracker whose
-    package is missing stops it before the data is loaded.
+    image or an empty client stops the run before any client trains; a missing optional
+    package (an extra: plots, a tracker, CLIP) stops it before the data is loaded.
     """
     if record:
-        check_tracker_installed(config)
+        check_server_extras(config)
     return strategy_class(config.method).from_config(config, record=record)
 
 

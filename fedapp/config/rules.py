@@ -20,6 +20,7 @@ from fedapp.config.aggregation_rules import UPLOAD_RULES
 from fedapp.config.derived import client_clip_model_names, client_model_names, held_out_partitions, parse_local_split
 from fedapp.config.schema import DATASET_CLASSES, Scalar, did_you_mean
 from fedapp.errors import ConfigError
+from fedapp.extras import clip_client_requirements, require_all
 
 if TYPE_CHECKING:
     from fedapp.config.run_config import RunConfig
@@ -98,6 +99,7 @@ def _check_vision_tower(config: RunConfig) -> None:
             f"config key 'client-clip-models' = {config.client_clip_models!r}: method '{config.method}' averages "
             "runs one backbone; set 'clip-model' only"
         )
+    require_all(clip_client_requirements(config.method))  # the check below imports open_clip
     from fedapp.errors import ModelError  # noqa: PLC0415
     from fedapp.models.vpt import vision_tower_shape  # noqa: PLC0415 - open_clip only when needed
 
@@ -197,6 +199,7 @@ def _check_local_prompt_lengths(config: RunConfig) -> None:
     class-name token and the end token within the model's context length."""
     if CATALOG[config.method].backbone != "clip-text":
         return
+    require_all(clip_client_requirements(config.method))  # the check below imports open_clip
     from fedapp.errors import ModelError  # noqa: PLC0415
     from fedapp.models.clip import text_context_length  # noqa: PLC0415 - open_clip only for CLIP methods
 

@@ -59,10 +59,10 @@ from flwr.serverapp.strategy import Strategy
 
 from fedapp.config import RunConfig
 from fedapp.errors import ConfigError
+from fedapp.extras import check_server_extras
 from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.strategy import FedAppStrategy
 from fedapp.registry import strategy_class
-from fedapp.tracking import check_tracker_installed
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -246,7 +246,7 @@ class MessageStrategy(Strategy):
         """The strategy of ``config.method`` (:meth:`FedAppStrategy.from_config`: the data is
         checked first; ``record`` writes the results folder), wrapped for DP when ``dp`` is on."""
         if record:
-            check_tracker_installed(config)
+            check_server_extras(config)
         strategy = strategy_class(config.method).from_config(config, record=record)
         return cls(wrap_for_privacy(strategy, config))
 

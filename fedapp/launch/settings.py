@@ -14,7 +14,7 @@ import tomli_w
 
 from fedapp.config import RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError
-from fedapp.tracking import check_tracker_installed
+from fedapp.extras import RAY, check_client_extras, check_server_extras, require
 
 
 def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_client: float) -> str:
@@ -134,7 +134,9 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
     if num_clients is not None and num_clients != config.num_partitions:
         overrides = {**overrides, "num-partitions": num_clients}
         config = resolve_run_config(overrides)
-    check_tracker_installed(config)  # the ServerApp runs in this environment
+    check_server_extras(config)  # the ServerApp runs in this environment
+    check_client_extras(config, own_data_dir=False)  # and so does every simulated client
+    require(RAY, "a local simulation")
     results = Path(config.results_dir).expanduser()
     if not results.is_absolute():
         results = Path.cwd() / results

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedapp.errors import FedAppError
+from fedapp.extras import MATPLOTLIB, require
 from fedapp.report.render import write_report
 from fedapp.report.runs import expand_run_dirs
 
@@ -31,6 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.target is not None and not 0.0 <= args.target <= 1.0:
         parser.error(f"--target {args.target} is not an accuracy in [0, 1]")
     try:
+        if args.figure:  # before any file is read or written
+            require(MATPLOTLIB, "fedapp-report's figure (--figure \"\" skips it)")
         markdown = write_report(
             expand_run_dirs(args.run_dirs), args.out, Path(args.figure) if args.figure else None, args.target
         )

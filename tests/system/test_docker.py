@@ -3,6 +3,10 @@
 Nothing here needs a Docker engine or the network: Dockerfiles go through
 hadolint, the shell scripts through shellcheck (both are dev dependencies), the
 compose files are checked as data, and the scripts are run into ``tmp_path``.
+The install steps of the images (which torch index, which extras) run under
+``sh`` with a stand-in ``pip``/``python3`` that records its arguments, and the
+documented ``docker run`` of one device is parsed and checked against
+``docker/Dockerfile.supernode`` and the compose ``supernode`` profile.
 """
 
 from __future__ import annotations
@@ -18,13 +22,29 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from flwr.common.config import parse_config_args
 
+from fedapp.config import RunConfig, resolve_run_config
+from fedapp.extras import (
+    FLWR_DATASETS,
+    HF_DATASETS,
+    MATPLOTLIB,
+    OPEN_CLIP,
+    SCIKIT_LEARN,
+    client_requirements,
+)
 from tests.paths import ROOT
 
 DOCKER = ROOT / "docker"
 DOCKERFILES = sorted(DOCKER.glob("Dockerfile*"))
+GENERAL_DOCKERFILES = (DOCKER / "Dockerfile", DOCKER / "Dockerfile.cuda")
+SUPERNODE_DOCKERFILE = DOCKER / "Dockerfile.supernode"
+DOCKER_DOCS = ROOT / "docs" / "docker.md"
+MULTI_ARCH_BUILD = (
+    "docker buildx build --platform linux/amd64,linux/arm64 -f docker/Dockerfile.supernode -t fedapp-supernode:latest ."
+)
 SCRIPTS = sorted(DOCKER.glob("*.sh"))
 BASE_COMPOSE = DOCKER / "compose.yaml"
 OVERRIDES = sorted(p for p in DOCKER.glob("compose*.yaml") if p != BASE_COMPOSE)
@@ -90,8 +110,18 @@ def shared_layout(dockerfile: Path) -> list[tuple[str, str]]:
     return layout
 
 
+def build_args(dockerfile: Path) -> dict[str, str | None]:
+    """Every ``ARG`` with its default (``None`` when it has none)."""
+    found: dict[str, str | None] = {}
+    for keyword, args in instructions(dockerfile):
+        if keyword == "ARG":
+            name, eq, default = args.partition("=")
+            found[name] = default if eq else None
+    return found
+
+
 def test_dockerfiles_are_found():
-    assert {p.name for p in DOCKERFILES} >= {"Dockerfile", "Dockerfile.cuda"}
+    assert {p.name for p in DOCKERFILES} >= {"Dockerfile", "Dockerfile.cuda", "Dockerfile.supernode"}
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -131,6 +161,205 @@ def test_cuda_image_differs_only_in_torch_wheels_and_nvidia_variables():
     index = {p.name: dict(a.split("=", 1) for k, a in instructions(p) if k == "ARG" and "=" in a) for p in (cpu, cuda)}
     assert "whl/cpu" in index["Dockerfile"]["TORCH_INDEX_URL"]
     assert "cpu" not in index["Dockerfile.cuda"]["TORCH_INDEX_URL"]
+
+
+# --- the install steps, run with stand-ins ------------------------------------------------------
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def extras_closure(extra: str) -> set[str]:
+    """``extra`` and the extras it pulls in through ``fedapp[...]`` (``server`` = ``clip``, ``data`` and more)."""
+    optional = pyproject()["project"]["optional-dependencies"]
+    found, todo = set(), [extra]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        for requirement in optional[name]:
+            self_ref = re.fullmatch(r"fedapp\[([\w,\s-]+)\]", requirement)
+            if self_ref:
+                todo.extend(e.strip() for e in self_ref.group(1).split(","))
+    return found
+
+
+def run_step(dockerfile: Path, marker: str, tmp_path: Path, **overrides: str) -> tuple[int, str, list[list[str]]]:
+    """Run the one ``RUN`` of ``dockerfile`` containing ``marker`` under ``sh`` in ``tmp_path``.
+
+    The ``ARG`` defaults (with ``overrides``) are its environment, as in a build; ``pip``,
+    ``pip3`` and ``python3`` are stand-ins that record their arguments and succeed (``sed``
+    and the shell are real, so an edit of ``pyproject.toml`` shows in ``tmp_path``); ``/tmp/``
+    is moved under ``tmp_path``. Returns the exit status, stderr and the recorded calls.
+    """
+    (step,) = [a for k, a in instructions(dockerfile) if k == "RUN" and marker in a]
+    bin_dir, scratch = tmp_path / "bin", tmp_path / "tmp"
+    bin_dir.mkdir()
+    scratch.mkdir()
+    log = tmp_path / "calls.log"
+    standin = (
+        '#!/bin/sh\n{ printf "%s" "${0##*/}"; for a in "$@"; do printf "\\t%s" "$a"; done; echo; } >> "$STANDIN_LOG"\n'
+    )
+    for tool in ("pip", "pip3", "python3"):
+        (bin_dir / tool).write_text(standin)
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "STANDIN_LOG": str(log), "HOME": str(tmp_path)}
+    env.update({name: default or "" for name, default in build_args(dockerfile).items()})
+    env.update(overrides)
+    done = subprocess.run(
+        ["sh", "-c", step.replace("/tmp/", f"{scratch}/")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    calls = [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+    return done.returncode, done.stderr, calls
+
+
+def pip_installs(calls: list[list[str]]) -> list[list[str]]:
+    """The arguments after ``install`` of every ``pip install`` / ``python3 -m pip install`` call."""
+    found = []
+    for call in calls:
+        words = call[3:] if call[:3] == ["python3", "-m", "pip"] else call[1:] if call[0] in ("pip", "pip3") else []
+        if words[:1] == ["install"]:
+            found.append(words[1:])
+    return found
+
+
+def project_spec(install: list[str]) -> str:
+    """The local project argument of a pip install (``./``, ``./[server]``)."""
+    (spec,) = [word for word in install if word.startswith(".")]
+    return spec
+
+
+def copy_project_metadata(tmp_path: Path) -> None:
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+
+
+def torch_pins() -> dict[str, str]:
+    pins = {}
+    for requirement in pyproject()["project"]["dependencies"]:
+        name, eq, version = requirement.partition("==")
+        if eq and name in ("torch", "torchvision"):
+            pins[name] = version
+    assert set(pins) == {"torch", "torchvision"}, "the base install pins torch and torchvision"
+    return pins
+
+
+TORCH_STEP = "torch==${TORCH_VERSION}"
+PROJECT_STEP = "uninstall --yes fedapp"
+
+
+@pytest.mark.parametrize(
+    ("arch", "index_arg"),
+    [("amd64", "TORCH_INDEX_URL_AMD64"), ("arm64", "TORCH_INDEX_URL_ARM64")],
+)
+def test_supernode_image_installs_torch_from_its_architectures_index(tmp_path, arch, index_arg):
+    args = build_args(SUPERNODE_DOCKERFILE)
+    assert "TARGETARCH" in args and args["TARGETARCH"] is None, "TARGETARCH must be BuildKit's, not a default"
+    assert "download.pytorch.org/whl/cpu" in args["TORCH_INDEX_URL_AMD64"]
+    assert args["TORCH_INDEX_URL_ARM64"] == "https://pypi.org/simple", "PyPI's aarch64 wheels are the CPU builds"
+    assert args["INSTALL_TORCH"] == "true"
+    pins = torch_pins()
+    assert (args["TORCH_VERSION"], args["TORCHVISION_VERSION"]) == (pins["torch"], pins["torchvision"])
+    rc, err, calls = run_step(SUPERNODE_DOCKERFILE, TORCH_STEP, tmp_path, TARGETARCH=arch)
+    assert rc == 0, err
+    (install,) = pip_installs(calls)
+    assert install[install.index("--index-url") + 1] == args[index_arg]
+    assert f"torch=={pins['torch']}" in install and f"torchvision=={pins['torchvision']}" in install
+
+
+def test_supernode_image_without_buildkit_asks_the_machine(tmp_path):
+    machine = {"x86_64": "TORCH_INDEX_URL_AMD64", "aarch64": "TORCH_INDEX_URL_ARM64"}.get(os.uname().machine)
+    if machine is None:
+        pytest.skip(f"no torch index for {os.uname().machine}")
+    rc, err, calls = run_step(SUPERNODE_DOCKERFILE, TORCH_STEP, tmp_path, TARGETARCH="")
+    assert rc == 0, err
+    (install,) = pip_installs(calls)
+    assert install[install.index("--index-url") + 1] == build_args(SUPERNODE_DOCKERFILE)[machine]
+
+
+def test_supernode_image_refuses_an_architecture_it_has_no_torch_for(tmp_path):
+    rc, err, calls = run_step(SUPERNODE_DOCKERFILE, TORCH_STEP, tmp_path, TARGETARCH="riscv64")
+    assert rc != 0
+    assert "riscv64" in err
+    assert pip_installs(calls) == []
+
+
+def test_supernode_image_installs_the_lean_profile_unless_extras_are_asked_for(tmp_path):
+    assert build_args(SUPERNODE_DOCKERFILE)["EXTRAS"] == "", "the default must be the lean install"
+    copy_project_metadata(tmp_path)
+    rc, err, calls = run_step(SUPERNODE_DOCKERFILE, PROJECT_STEP, tmp_path)
+    assert rc == 0, err
+    installs = pip_installs(calls)
+    assert [project_spec(i) for i in installs] == ["./"], installs
+    assert not any("[" in word for install in installs for word in install), "no extra by default"
+    assert (tmp_path / "pyproject.toml").read_text() == (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize("extras", ["clip", "clip,data"])
+def test_supernode_image_adds_the_extras_of_its_build_argument(tmp_path, extras):
+    copy_project_metadata(tmp_path)
+    rc, err, calls = run_step(SUPERNODE_DOCKERFILE, PROJECT_STEP, tmp_path, EXTRAS=extras)
+    assert rc == 0, err
+    assert [project_spec(i) for i in pip_installs(calls)] == [f"./[{extras}]"]
+    assert set(extras.split(",")) <= set(pyproject()["project"]["optional-dependencies"])
+
+
+def test_supernode_image_keeps_the_base_images_torch_for_jetson(tmp_path):
+    rc, err, calls = run_step(SUPERNODE_DOCKERFILE, TORCH_STEP, tmp_path, TARGETARCH="arm64", INSTALL_TORCH="false")
+    assert rc == 0, err
+    assert pip_installs(calls) == [], "INSTALL_TORCH=false must not install torch"
+    assert any(call[:2] == ["python3", "-c"] and "import torch" in call[2] for call in calls), "nor go without it"
+
+
+def test_supernode_image_for_jetson_drops_the_torch_pins_and_holds_the_base_versions(tmp_path):
+    copy_project_metadata(tmp_path)
+    rc, err, calls = run_step(SUPERNODE_DOCKERFILE, PROJECT_STEP, tmp_path, INSTALL_TORCH="false")
+    assert rc == 0, err
+    kept = tomllib.loads((tmp_path / "pyproject.toml").read_text())["project"]["dependencies"]
+    original = pyproject()["project"]["dependencies"]
+    assert [d for d in original if not d.startswith(("torch==", "torchvision=="))] == kept
+    (install,) = pip_installs(calls)
+    assert project_spec(install) == "./"
+    assert "--constraint" in install, "the base image's torch, torchvision and numpy must be held"
+    (hold,) = [c for c in calls if c[:2] == ["python3", "-c"]]
+    assert all(name in hold[2] for name in ("'torch'", "'torchvision'", "'numpy'")), hold
+
+
+@pytest.mark.parametrize("dockerfile", GENERAL_DOCKERFILES, ids=lambda p: p.name)
+def test_general_images_install_what_the_serverapp_needs(tmp_path, dockerfile):
+    """The SuperLink runs its ServerApp in this image: the default profile must cover every extra
+    the server can ask for except the trackers (FEDAPP_EXTRAS=server,tracking adds those)."""
+    default = build_args(dockerfile)["FEDAPP_EXTRAS"]
+    assert default == "server"
+    copy_project_metadata(tmp_path)
+    rc, err, calls = run_step(dockerfile, PROJECT_STEP, tmp_path)
+    assert rc == 0, err
+    assert [project_spec(i) for i in pip_installs(calls)] == [f"./[{default}]"]
+    server_side = {r.extra for r in (OPEN_CLIP, SCIKIT_LEARN, FLWR_DATASETS, HF_DATASETS, MATPLOTLIB)}
+    assert server_side <= extras_closure(default), server_side - extras_closure(default)
+
+
+def test_supernode_image_runs_one_node_unprivileged_with_data_and_state_volumes():
+    steps = instructions(SUPERNODE_DOCKERFILE)
+    args = build_args(SUPERNODE_DOCKERFILE)
+    env = env_values(SUPERNODE_DOCKERFILE)
+    assert env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
+    assert env["FLWR_TELEMETRY_ENABLED"] == "0"
+    assert env["FEDAPP_CACHE_DIR"].startswith("/state/"), "the data cache belongs on the state volume"
+    (volumes,) = [a for k, a in steps if k == "VOLUME"]
+    assert sorted(yaml.safe_load(volumes)) == ["/data", "/state"]
+    (user,) = [a for k, a in steps if k == "USER"]
+    uid_arg = re.fullmatch(r"\$\{(\w+)\}:\$\{(\w+)\}", user)
+    assert uid_arg, f"USER {user} should name the build's uid and gid"
+    assert args[uid_arg.group(1)] not in (None, "", "0") and args[uid_arg.group(2)] not in (None, "", "0")
+    assert any(k == "RUN" and "useradd" in a and f"${{{uid_arg.group(1)}}}" in a for k, a in steps)
+    assert steps[-1] == ("ENTRYPOINT", '["flower-supernode"]')
+    assert not any(k == "EXPOSE" for k, _ in steps), "a SuperNode only dials out"
+    header = SUPERNODE_DOCKERFILE.read_text()
+    assert MULTI_ARCH_BUILD in header and "INSTALL_TORCH=false" in header and "l4t-pytorch" in header
 
 
 def dockerignore_patterns() -> list[str]:
@@ -222,8 +451,15 @@ def mount_at(service: dict, target: str) -> dict:
     return found[0]
 
 
+def default_services(config: dict) -> dict[str, dict]:
+    """The services a plain ``docker compose up`` starts: those in no profile."""
+    return {name: s for name, s in config["services"].items() if not s.get("profiles")}
+
+
 def supernodes(config: dict) -> dict[str, dict]:
-    return {name: s for name, s in config["services"].items() if "--superlink" in options(s.get("command", []))}
+    """The SuperNodes a plain ``up`` starts (the ``supernode`` profile's device node is checked apart)."""
+    services = default_services(config).items()
+    return {name: s for name, s in services if "--superlink" in options(s.get("command", []))}
 
 
 @pytest.mark.parametrize("config", compose_configs())
@@ -317,6 +553,109 @@ def test_gpu_override_gives_every_supernode_a_gpu_on_the_cuda_image(override):
         assert "NVIDIA_VISIBLE_DEVICES" in env_values(dockerfile), f"{name} builds {dockerfile.name}"
         devices = service["deploy"]["resources"]["reservations"]["devices"]
         assert any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices), name
+
+
+def strings_in(value) -> list[str]:
+    """Every string in a YAML value, nested ones included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings_in(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    return []
+
+
+def device_node(config: dict) -> dict:
+    service = config["services"].get("supernode")
+    assert service, "compose.yaml has no `supernode` service (the SuperNode-only profile)"
+    return service
+
+
+DEVICE_ENV = {
+    "FEDAPP_SUPERLINK": "link.example.org:9092",
+    "FEDAPP_NODE_KEY": "/etc/fedapp/node.key",
+    "FEDAPP_NODE_DATA": "/srv/fedapp/data",
+    "FEDAPP_PARTITION_ID": "3",
+    "FEDAPP_NUM_PARTITIONS": "5",
+}
+
+
+@pytest.mark.parametrize("config", compose_configs())
+def test_compose_supernode_profile_is_one_device_node_that_up_leaves_out(config):
+    node = device_node(config)
+    assert node.get("profiles") == ["supernode"], "a plain `docker compose up` must not start it"
+    assert "supernode" not in default_services(config)
+    assert (ROOT / node["build"]["dockerfile"]).resolve() == SUPERNODE_DOCKERFILE
+    image_extras = interpolate(str(node["build"]["args"]["EXTRAS"]), {})
+    assert image_extras == build_args(SUPERNODE_DOCKERFILE)["EXTRAS"] == "", "the lean image by default"
+    assert interpolate(str(node["build"]["args"]["EXTRAS"]), {"FEDAPP_SUPERNODE_EXTRAS": "clip"}) == "clip"
+    assert not node.get("ports") and not node.get("expose"), "a SuperNode publishes nothing"
+    assert not node.get("depends_on"), "`up supernode` must start nothing else (the SuperLink is elsewhere)"
+    assert "entrypoint" not in node, "the image's flower-supernode entry point"
+
+
+@pytest.mark.parametrize("env", [{}, DEVICE_ENV], ids=["defaults", "device-env"])
+@pytest.mark.parametrize("config", compose_configs())
+def test_compose_supernode_profile_mounts_its_credentials_read_only_and_keeps_state_on_a_volume(config, env):
+    node = device_node(config)
+    opts = {k: interpolate(v or "", env) for k, v in options(node["command"]).items()}
+    host, _, port = opts["--superlink"].rpartition(":")
+    assert host and port == options(config["services"]["superlink"]["command"])["--port"]
+    if env:
+        assert opts["--superlink"] == env["FEDAPP_SUPERLINK"]
+    ca = mount_at(node, opts["--root-certificates"])
+    assert ca["source"] == "./credentials/certs/ca.crt" and ca["read_only"] is True
+    key = mount_at(node, opts["--auth-supernode-private-key"])
+    assert key["type"] == "bind" and key["read_only"] is True
+    assert key["bind"]["create_host_path"] is False, "a missing key must fail, not become an empty folder"
+    key_source = interpolate(key["source"], env)
+    assert not key_source.endswith(".pub")
+    assert key_source == env.get("FEDAPP_NODE_KEY", key_source)
+    other_keys = {mount_at(s, "/credentials/node.key")["source"] for s in supernodes(config).values()}
+    assert key_source not in other_keys, "the device node must not default to another node's key"
+    node_config = parse_config_args([opts["--node-config"]])
+    volumes = yaml.safe_load(next(a for k, a in instructions(SUPERNODE_DOCKERFILE) if k == "VOLUME"))
+    assert node_config["data-dir"] in volumes and node_config["state-dir"] in volumes
+    data = mount_at(node, node_config["data-dir"])
+    assert data["type"] == "bind" and data["read_only"] is True
+    assert interpolate(data["source"], env) == env.get("FEDAPP_NODE_DATA", interpolate(data["source"], {}))
+    state = mount_at(node, node_config["state-dir"])
+    assert state["type"] == "volume" and state["source"] in (config.get("volumes") or {})
+    others = {m["source"] for name, s in config["services"].items() if name != "supernode" for m in mounts(s)}
+    assert state["source"] not in others, "its state volume is its own"
+    assert 0 <= node_config["partition-id"] < node_config["num-partitions"]
+    if env:
+        assert (node_config["partition-id"], node_config["num-partitions"]) == (3, 5)
+    assert not any("ca.key" in str(m["source"]) or "server.key" in str(m["source"]) for m in mounts(node))
+
+
+def test_compose_general_image_default_profile_matches_the_dockerfiles():
+    for name, service in default_services(load_yaml(BASE_COMPOSE)).items():
+        extras = service["build"]["args"]["FEDAPP_EXTRAS"]
+        assert interpolate(extras, {}) == build_args(ROOT / service["build"]["dockerfile"])["FEDAPP_EXTRAS"], name
+
+
+def compose_settings() -> dict[str, str]:
+    """``${VAR:-default}`` of the ``supernode`` service: each variable and its default."""
+    found = {}
+    for text in strings_in(device_node(load_yaml(BASE_COMPOSE))):
+        found.update(re.findall(r"\$\{(\w+):-([^}]*)\}", text))
+    return found
+
+
+def test_compose_supernode_settings_are_documented_with_their_defaults():
+    settings = compose_settings()
+    assert {"FEDAPP_SUPERLINK", "FEDAPP_NODE_KEY", "FEDAPP_NODE_DATA", "FEDAPP_PARTITION_ID"} <= set(settings)
+    compose_text = BASE_COMPOSE.read_text()
+    table = one_device_section().split("| Variable | Default | Meaning |", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    for variable, default in settings.items():
+        assert variable in compose_text.split("services:")[0], f"{variable}: not in compose.yaml's header"
+        (row,) = [r for r in rows if f"`{variable}`" in r.split("|")[1]] or [None]
+        assert row, f"docs/docker.md's table does not name {variable}"
+        shown = row.split("|")[2]
+        assert (f"`{default}`" in shown) if default else ("empty" in shown), f"{variable}: default {default!r}"
 
 
 # --- scripts -------------------------------------------------------------------------------------
@@ -430,10 +769,14 @@ def test_make_node_keys_never_overwrites_a_key(tmp_path):
     assert (out / "node-0").read_bytes() == before
 
 
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's ``${VAR:-default}`` substitution (the only form these files use)."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2), text)
+
+
 def published(port: str, env: dict[str, str]) -> tuple[str, str, str]:
     """``(host address, host port, container port)`` of a short-syntax port, with ``${VAR:-default}`` resolved."""
-    resolved = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1), m.group(2)), port)
-    host, host_port, container_port = resolved.rsplit(":", 2)
+    host, host_port, container_port = interpolate(port, env).rsplit(":", 2)
     return host, host_port, container_port
 
 
@@ -446,3 +789,107 @@ def test_only_the_superlink_publishes_a_port_and_on_loopback_by_default(config):
     (port,) = services["superlink"]["ports"]
     assert published(port, {}) == ("127.0.0.1", "9092", "9092")
     assert published(port, {"FEDAPP_SUPERLINK_BIND": "10.0.0.5"}) == ("10.0.0.5", "9092", "9092")
+
+
+# --- docs/docker.md: one device, one container ---------------------------------------------------
+
+
+def one_device_section() -> str:
+    text = DOCKER_DOCS.read_text()
+    start = text.find("## One device, one container")
+    assert start >= 0, "docs/docker.md has no section 'One device, one container'"
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def code_blocks(markdown: str) -> list[str]:
+    return re.findall(r"^```\w*\n(.*?)^```", markdown, re.MULTILINE | re.DOTALL)
+
+
+DOCKER_RUN_VALUES = {"--name", "--restart", "-v", "--volume", "--runtime", "-e", "--env", "--network", "--user"}
+DOCKER_RUN_FLAGS = {"-d", "--detach", "--init", "--rm"}
+
+
+def documented_docker_run() -> tuple[dict[str, list[str]], str, list[str]]:
+    """The section's ``docker run``: its options (each a list of values), the image, and the
+    arguments after the image (the entry point's)."""
+    (block,) = [b for b in code_blocks(one_device_section()) if "docker run" in b]
+    words = shlex.split(block.replace("\\\n", " "))
+    assert words[:2] == ["docker", "run"], words[:2]
+    found: dict[str, list[str]] = {}
+    i = 2
+    while words[i].startswith("-"):
+        name, eq, value = words[i].partition("=")
+        if name in DOCKER_RUN_FLAGS:
+            found.setdefault(name, [])
+        else:
+            assert name in DOCKER_RUN_VALUES, f"unknown docker run option {name} (teach this test about it)"
+            if not eq:
+                i, value = i + 1, words[i + 1]
+            found.setdefault(name, []).append(value)
+        i += 1
+    return found, words[i], words[i + 1 :]
+
+
+def test_docs_docker_run_names_every_volume_and_argument_of_the_supernode_image():
+    docker_opts, image, node_args = documented_docker_run()
+    built = re.search(r"-f docker/Dockerfile\.supernode -t (\S+) \.", SUPERNODE_DOCKERFILE.read_text())
+    assert built and image == built.group(1), f"runs {image}, the Dockerfile's header builds another tag"
+    assert docker_opts.get("--restart") == ["unless-stopped"]
+    binds = {}
+    for volume in docker_opts.get("-v", []) + docker_opts.get("--volume", []):
+        source, target, *mode = volume.split(":")
+        binds[target] = (source, mode == ["ro"])
+    assert not any("ca.key" in source or "server.key" in source for source, _ in binds.values())
+    declared = yaml.safe_load(next(a for k, a in instructions(SUPERNODE_DOCKERFILE) if k == "VOLUME"))
+    missing = [v for v in declared if v not in binds]
+    assert not missing, f"the docker run mounts nothing at {missing}, which the image declares as volumes"
+    opts = options(node_args)
+    device_opts = options(device_node(load_yaml(BASE_COMPOSE))["command"])
+    assert set(opts) == set(device_opts), "the docker run and the compose profile pass different arguments"
+    for flag in ("--root-certificates", "--auth-supernode-private-key"):
+        assert opts[flag] in binds and binds[opts[flag]][1], f"{flag} {opts[flag]} must be mounted read-only"
+    assert not binds[opts["--auth-supernode-private-key"]][0].endswith(".pub")
+    host, _, port = opts["--superlink"].rpartition(":")
+    assert host and port == "9092"
+    node_config = parse_config_args([opts["--node-config"]])
+    assert node_config["data-dir"] == "/data" and node_config["state-dir"] == "/state"
+    assert binds["/data"][1], "the device's data is mounted read-only"
+    state_source = binds[node_config["state-dir"]][0]
+    assert not state_source.startswith(("/", ".", "~")), "state on a named volume"
+    assert 0 <= node_config["partition-id"] < node_config["num-partitions"]
+
+
+def test_docs_explain_building_and_running_the_supernode_image():
+    section = one_device_section()
+    blocks = "\n".join(code_blocks(section))
+    assert MULTI_ARCH_BUILD in blocks
+    assert "INSTALL_TORCH=false" in blocks and "l4t-pytorch" in blocks
+    assert re.search(r"docker compose .*--profile supernode up -d .*supernode$", blocks, re.MULTILINE)
+    undocumented = [name for name in build_args(SUPERNODE_DOCKERFILE) if f"`{name}`" not in section]
+    assert not undocumented, f"build arguments of Dockerfile.supernode not in docs/docker.md: {undocumented}"
+    never = re.search(r"[Nn]ever copy(.*?)\.(\s|$)", section, re.DOTALL)
+    assert never, "say which files never go to a device"
+    for secret in ("ca.key", "server.key"):
+        assert f"`{secret}`" in never.group(1), f"say that {secret} stays off devices"
+
+
+def paragraphs_naming(section: str, method: str) -> list[str]:
+    return [p for p in re.split(r"\n\s*\n", section) if f"`{method}`" in p]
+
+
+def test_docs_say_which_methods_the_lean_image_runs_and_which_need_an_extra():
+    """On its own ImageFolder (run config dataset="imagefolder", node config data-dir), a method's
+    client needs the extras fedapp.extras says; the section says so for each family by the methods
+    that lead it (naming every baseline would make each new method edit this page)."""
+    section = one_device_section()
+    defaults = resolve_run_config({}).as_dict()
+    for method in ("fedavg", "standalone", "pfedlora", "fedd2p", "sdfed", "pep-fedpt"):
+        config = RunConfig.from_values({**defaults, "method": method, "dataset": "imagefolder"})
+        needs = {r.extra for r, _ in client_requirements(config, own_data_dir=True)}
+        named = paragraphs_naming(section, method)
+        assert named, f"docs/docker.md does not say whether the lean image runs {method}"
+        if needs:
+            assert all(any(f"EXTRAS={extra}" in p for p in named) for extra in needs), f"{method} needs {needs}"
+        else:
+            assert any("EXTRAS=" not in p for p in named), f"{method} runs on the lean image"

@@ -10,6 +10,7 @@ real strategy with replies a broken or stale client could send.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from flwr.server import SimpleClientManager
 from PIL import Image
 
 from fedapp.checkpoint import ServerCheckpoint, rng_state, save_checkpoint
-from fedapp.client_app import make_client_app, node_partition
+from fedapp.client_app import make_client_app, node_partition, own_data_config
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError, DataError, StateError
 from fedapp.flower.driver import PartitionProxy, stand_in_manager
@@ -131,13 +132,16 @@ NODE_DATA_ROWS = [
 ]
 
 
-def fit_on_node(server_data: Path, node_data: Path) -> Message:
+def fit_on_node(server_data: Path, node_data: Path, *, device_lacks_server_path: bool = False) -> Message:
     """Round 1's instruction from a server over ``server_data``, handled by the ClientApp of a
-    node whose node config points at its own ``node_data``."""
+    node whose node config points at its own ``node_data`` (on a device without the server's
+    path, when ``device_lacks_server_path``)."""
     run_config = {"method": "fedavg", "dataset": "imagefolder", "data-dir": str(server_data), "model": "cnn-5"}
     run_config |= {"num-partitions": 1, "min-clients": 1, "image-size": 16, "device": "cpu"}
     strategy = build_strategy(resolve_run_config(run_config))
     [(_, fit_ins)] = strategy.configure_fit(1, strategy.initialize_parameters(None), stand_in_manager(1))
+    if device_lacks_server_path:
+        shutil.rmtree(server_data)
     content = compat.fitins_to_recorddict(fit_ins, True)
     context = Context(run_id=1, node_id=7, node_config={"data-dir": str(node_data)}, state=RecordDict(), run_config={})
     return make_client_app(run_config)(Message(content, dst_node_id=7, message_type=MessageType.TRAIN), context)
@@ -158,6 +162,21 @@ def test_a_node_whose_classes_differ_from_the_servers_is_refused_with_both_lists
 def test_a_node_whose_classes_agree_trains(tmp_path, task_identity):
     data = image_folder(tmp_path / "data")
     assert not fit_on_node(data, data).has_error()
+
+
+def test_a_node_on_its_own_data_needs_not_have_the_servers_data_dir(tmp_path, task_identity):
+    reply = fit_on_node(
+        image_folder(tmp_path / "server"), image_folder(tmp_path / "node"), device_lacks_server_path=True
+    )
+    assert not reply.has_error()
+    assert compat.recorddict_to_fitres(reply.content, keep_input=False).num_examples > 0
+
+
+def test_a_node_on_its_own_data_derives_the_servers_run_name(tmp_path):
+    values = {"method": "fedavg", "dataset": "imagefolder", "data-dir": str(image_folder(tmp_path / "server"))}
+    node = own_data_config(values, str(image_folder(tmp_path / "node")), ignore_unknown=False)
+    assert node.resolved_run_name == resolve_run_config(values).resolved_run_name
+    assert node.data_dir == values["data-dir"]
 
 
 def test_node_config_partition_outside_the_federation_is_refused():

@@ -16,11 +16,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError, StateError
+from fedapp.extras import check_server_extras
 from fedapp.flower.recording import open_recorder
 from fedapp.launch.settings import prepare_run
 from fedapp.metrics import RoundRecord
 from fedapp.server_app import build_strategy
-from fedapp.tracking import check_tracker_installed, open_tracker
+from fedapp.tracking import open_tracker
 from fedapp.tracking.mlflow import RESUMED_WITH_TAG, RUN_FOLDER_TAG, MlflowTracker
 from fedapp.tracking.scalars import round_scalars
 from fedapp.tracking.tensorboard import TensorBoardTracker
@@ -246,16 +247,16 @@ def test_a_missing_tracker_package_is_refused_by_the_server_side_only(tracker, m
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == tracker else find_spec(name, *a))
     with pytest.raises(
         ConfigError,
-        match=rf"^config key 'tracker' = '{tracker}' needs the {tracker} package, which is not installed: "
-        r"pip install -e '\.\[tracking\]'$",
+        match=rf"^config key 'tracker' = '{tracker}' needs {tracker}, which this install lacks: "
+        r"pip install 'fedapp\[tracking\]' \(or -e '\.\[tracking\]' in a checkout\)$",
     ):
         prepare_run({"tracker": tracker})  # the launcher, before anything starts
-    with pytest.raises(ConfigError, match=f"needs the {tracker} package"):
+    with pytest.raises(ConfigError, match=f"needs {tracker}, which this install lacks"):
         build_strategy(resolve_run_config({"tracker": tracker, "results-dir": str(tmp_path)}))
     assert not any(tmp_path.iterdir())  # refused before the run folder or the data
     # Clients run the same config rules: an edge device without the extra accepts the run.
     assert resolve_run_config({"tracker": tracker}).tracker == tracker
-    check_tracker_installed(resolve_run_config({"tracker": "none"}))
+    check_server_extras(resolve_run_config({"tracker": "none"}))
 
 
 def test_the_recorder_feeds_its_tracker_and_a_refused_folder_opens_no_run(results):

@@ -1,0 +1,172 @@
+"""The lean install on a device: SuperNodes from a venv with only the base profile (no Ray,
+open_clip, scikit-learn, flwr-datasets, matplotlib) run our ClientApp on their own
+ImageFolder data against a full-install SuperLink, for pFedLoRA and its baselines,
+FedAvg/Standalone and FedD2P's edge client; a CLIP method is refused by the nodes in one
+line naming the extra; personal state on disk survives a SuperNode restart.
+
+The venv gets torch linked from this environment (a device installs its own torch build
+first, docs/edge.md), then ``pip install <project>`` with no extras.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fedapp.catalog import CATALOG, methods_where
+from fedapp.launch import free_port
+from tests.paths import ROOT, load_script
+from tests.system.federation import (
+    BIN,
+    Processes,
+    RunQueue,
+    connection_toml,
+    flower_env,
+    healthy,
+    run_app,
+    run_metrics,
+    wait_for,
+)
+
+EDGE_METHODS = (*(m for m in methods_where(backbone="cnn") if not CATALOG[m].variant_of), "fedd2p")
+"""Every client the lean profile serves: FedAvg/Standalone, pFedLoRA and its baselines, FedD2P's edge client
+(FedD2P's two variants run its client unchanged)."""
+
+NOT_IN_THE_LEAN_INSTALL = ("ray", "open_clip", "sklearn", "flwr_datasets", "datasets", "matplotlib", "pandas", "mlflow")
+
+IMAGES_PER_NODE = 300
+
+
+def write_image_folder(folder: Path, indices: range) -> Path:
+    """Digits images ``indices`` as an ImageFolder, one folder per class."""
+    from sklearn.datasets import load_digits  # noqa: PLC0415 - the test process has the full install
+
+    digits = load_digits()
+    for index in indices:
+        label = str(int(digits.target[index]))
+        pixels = np.rint(digits.images[index] * (255.0 / 16.0)).astype(np.uint8)
+        (folder / label).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pixels, mode="L").save(folder / label / f"{index}.png")
+    return folder
+
+
+class LeanFederation:
+    """A full-install SuperLink with two SuperNodes from the lean venv."""
+
+    def __init__(self, root: Path, lean_bin: Path) -> None:
+        self.root = root
+        self.env = flower_env(root / "flwr-home")
+        self.node_env = {**self.env, "PATH": f"{lean_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.node_env.pop("VIRTUAL_ENV", None)
+        self.lean_bin = lean_bin
+        self.processes = Processes(root / "logs", self.env)
+        # The two nodes work through every run's messages one at a time (a ClientApp process each),
+        # so a run's wall time is mostly its wait behind the others': generous timeouts, few in flight.
+        self.queue = RunQueue(lambda config: run_app("lean", config, self.env, timeout=1500), in_flight=5)
+        self.link_port = free_port()
+
+    def start(self) -> None:
+        link = ["--insecure", "--host", "127.0.0.1", "--port", str(self.link_port), "--database", str(self.root / "db")]
+        self.processes.start("superlink", [str(BIN / "flower-superlink"), *link])
+        wait_for(lambda: healthy(f"http://127.0.0.1:{self.link_port}/health"), "the SuperLink becoming healthy")
+        (self.root / "flwr-home" / "config.toml").write_text(connection_toml("lean", f"127.0.0.1:{self.link_port}"))
+        # The server's copy (it checks the classes and reports the partition) and each device's own half.
+        write_image_folder(self.root / "data-server", range(2 * IMAGES_PER_NODE))
+        for node in range(2):
+            write_image_folder(self.root / f"data-{node}", range(node, 2 * IMAGES_PER_NODE, 2))
+            self.start_node(node)
+
+    def node_command(self, node: int) -> list[str]:
+        paths = {key: self.root / f"{key.split('-')[0]}-{node}" for key in ("data-dir", "state-dir", "cache-dir")}
+        config = " ".join(f'{key}="{path}"' for key, path in paths.items())
+        return [
+            str(self.lean_bin / "flower-supernode"),
+            *("--insecure", "--superlink", f"127.0.0.1:{self.link_port}", "--port", str(free_port())),
+            *("--node-config", f"partition-id={node} num-partitions=2 {config}"),
+        ]
+
+    def start_node(self, node: int) -> subprocess.Popen:
+        return self.processes.start(f"supernode-{node}", self.node_command(node), env=self.node_env)
+
+    def submit(self, config: str):
+        return self.queue.submit(f'{config} {self.common} results-dir="{self.root / "results"}"')
+
+    @property
+    def common(self) -> str:
+        """Every run's settings: the devices' own data, with the server's copy of it for the checks."""
+        return f'dataset="imagefolder" data-dir="{self.root / "data-server"}" num-partitions=2 seed=3 round-timeout=900'
+
+    def close(self) -> None:
+        self.queue.drain()
+        self.queue.close()
+        self.processes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def lean_python(tmp_path_factory) -> Path:
+    venv = tmp_path_factory.mktemp("lean") / "venv"
+    try:
+        return load_script("lean_env").build_lean_venv(venv, ROOT)
+    except subprocess.CalledProcessError as err:
+        pytest.fail(f"pip install of the lean profile failed:\n{err.stdout}\n{err.stderr}")
+
+
+@pytest.fixture(scope="module")
+def lean(lean_python, tmp_path_factory):
+    federation = LeanFederation(tmp_path_factory.mktemp("lean-federation"), lean_python.parent)
+    try:
+        federation.start()
+        federation.runs = {
+            method: federation.submit(f'method="{method}" num-rounds=2 run-name="{method}"') for method in EDGE_METHODS
+        }
+        federation.runs["sdfed"] = federation.submit('method="sdfed" num-rounds=1 run-name="sdfed"')
+        yield federation
+    finally:
+        federation.close()
+
+
+def test_the_lean_install_has_none_of_the_extras(lean_python):
+    modules = list(NOT_IN_THE_LEAN_INSTALL)
+    probe = f"import importlib.util as u; print(' '.join(m for m in {modules} if u.find_spec(m)))"
+    found = subprocess.run([str(lean_python), "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert found == []
+    imports = [str(lean_python), "-c", "import torch, flwr; print('ok')"]
+    done = subprocess.run(imports, capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("method", EDGE_METHODS)
+def test_lean_supernodes_run_two_rounds_on_their_own_data(lean, method):
+    rows = run_metrics(lean.root / "results", method, lean.runs[method].result(), lean.processes)
+    assert [r["round"] for r in rows] == [1, 2]
+    assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows), rows
+    assert rows[-1]["acc_mean"] > 0.1  # better than chance on 10 classes
+
+
+def test_a_clip_method_is_refused_by_a_lean_node_naming_the_extra(lean):
+    done = lean.runs["sdfed"].result()
+    logs = done.stdout + done.stderr + lean.processes.log("superlink")
+    results = lean.root / "results" / "sdfed" / "metrics.jsonl"
+    text = logs + (results.read_text() if results.exists() else "")
+    assert "needs open_clip_torch, which this install lacks: pip install 'fedapp[clip]'" in text, text[-4000:]
+
+
+def test_personal_state_on_disk_survives_a_supernode_restart(lean):
+    run = 'method="standalone" state="disk" num-rounds=1 run-name="restart"'
+    results = lean.root / "results"
+    first = run_metrics(results, "restart", lean.submit(run).result(), lean.processes)
+    assert [r["fit_personal_rounds"] for r in first] == [1.0]
+    lean.queue.drain()
+    for node in range(2):  # both devices reboot: the processes stop and start again
+        lean.processes.stop(f"supernode-{node}")
+        lean.start_node(node)
+    second_results = lean.root / "results-after-restart"
+    config = f'{run} {lean.common} results-dir="{second_results}"'
+    done = run_app("lean", config, lean.env, timeout=600)
+    second = run_metrics(second_results, "restart", done, lean.processes)
+    assert [r["fit_personal_rounds"] for r in second] == [2.0]  # trained on from the saved model
