@@ -129,11 +129,11 @@ class Footprint:
 _FOOTPRINT_SCRIPT = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from lean_env import _installed, requirement_closure, TORCH_DISTRIBUTIONS
+from lean_env import _installed, normalized, requirement_closure, TORCH_DISTRIBUTIONS
 dists = _installed()
-within = json.loads(sys.argv[2])
+within, alone = json.loads(sys.argv[2]), json.loads(sys.argv[3])
 if within:
-    wanted = requirement_closure(tuple(within), dists)
+    wanted = requirement_closure(tuple(within), dists) | {normalized(name) for name in alone}
     dists = {n: d for n, d in dists.items() if n in wanted}
 def size(d):
     total = 0
@@ -149,30 +149,64 @@ print(json.dumps({"sizes": sizes, "torch": sorted(torch)}))
 """
 
 
-def installed_sizes(python: Path, within: tuple[str, ...] = ()) -> tuple[dict[str, int], set[str]]:
+def installed_sizes(
+    python: Path, within: tuple[str, ...] = (), alone: tuple[str, ...] = ()
+) -> tuple[dict[str, int], set[str]]:
     """Bytes per installed distribution of ``python``'s environment (only those ``within``
-    needs, when given: see :func:`footprint`), and torch's closure there."""
+    needs and those ``alone`` names, when ``within`` is given: see :func:`footprint`), and
+    torch's closure there."""
+    # Isolated (-I) and run from the venv's folder: no checkout's *.egg-info in the current
+    # folder, nor PYTHONPATH, passes for a distribution of the venv.
+    command = [str(python), "-I", "-c", _FOOTPRINT_SCRIPT, str(Path(__file__).parent)]
     out = subprocess.run(
-        [str(python), "-c", _FOOTPRINT_SCRIPT, str(Path(__file__).parent), json.dumps(list(within))],
+        [*command, json.dumps(list(within)), json.dumps(list(alone))],
         check=True,
         capture_output=True,
         text=True,
+        cwd=Path(python).parent,
     ).stdout
     found = json.loads(out)
     return found["sizes"], set(found["torch"])
 
 
-FULL_PROFILE = ("fedapp[all]", "pip")
-"""What a fresh ``pip install '.[all]'`` venv holds: the project's [all] closure and the venv's pip."""
+def profile_requirements(project: Path, extra: str = "") -> tuple[str, ...]:
+    """What ``pip install '<project>[<extra>]'`` asks for, read from its ``pyproject.toml``
+    (not from an installed copy's metadata, which is as old as its install): the base
+    dependencies and the extra's, the project's extras that refer to the project itself
+    expanded, and ``pip``, which every venv holds."""
+    try:
+        import tomllib  # noqa: PLC0415 - Python 3.11+
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10: flwr brings tomli
+        import tomli as tomllib  # noqa: PLC0415
+
+    from packaging.requirements import Requirement  # noqa: PLC0415
+
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    optional = meta.get("optional-dependencies", {})
+    found, seen, pending = list(meta.get("dependencies", [])), set(), [extra] if extra else []
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for text in optional[name]:
+            requirement = Requirement(text)
+            if normalized(requirement.name) == normalized(meta["name"]):
+                pending.extend(requirement.extras)
+            else:
+                found.append(text)
+    return (*dict.fromkeys(found), "pip")
 
 
-def footprint(python: Path, within: tuple[str, ...] = ()) -> Footprint:
+def footprint(python: Path, within: tuple[str, ...] = (), alone: tuple[str, ...] = ()) -> Footprint:
     """What ``python``'s environment holds (symlinked files count at their target's size).
 
     ``within``: count only the distributions these requirements pull in, transitively, as
-    installed there (e.g. :data:`FULL_PROFILE` in a ``[dev]`` venv, a superset of ``[all]``).
+    installed there, and those named in ``alone`` (without what they require): e.g.
+    ``profile_requirements(project, "all")`` and the project's own name, to count the
+    ``[all]`` install inside a ``[dev]`` venv, a superset of it.
     """
-    return footprint_of(*installed_sizes(python, within))
+    return footprint_of(*installed_sizes(python, within, alone))
 
 
 def footprint_of(sizes: dict[str, int], torch: set[str]) -> Footprint:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
+from fedapp.models import seeded_model
+from fedapp.params import get_arrays
 from fedapp.report import MAIN_HEADER
-from tests.paths import load_script
+from tests.paths import ROOT, load_script
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -126,3 +130,53 @@ def test_soak_smoke_accounts_for_every_round_through_faults_and_a_restart(capsys
     assert result.every_round_accounted and result.rounds_recorded == 6
     assert result.restarted_at_round >= 3 and result.clients_failed > 0
     assert result.peak_mb_first_half > 0 and result.peak_mb_second_half > 0
+
+
+def test_edge_smoke_measures_a_cnn1_client_round_and_the_installed_footprint(capsys):
+    """CNN-1 in a fresh process of this interpreter: start-up, one epoch, the traffic and the peak RSS."""
+    edge = load_script("edge")
+    report = edge.main(["--smoke"])
+    out = capsys.readouterr().out
+    printed = table_rows(out)
+
+    assert [cells[:2] for cells in printed] == [["cnn-1", "fedavg"]]
+    [row] = report.rows
+    [cells] = printed
+    assert float(cells[2]) == pytest.approx(row.startup_seconds, abs=0.01) and row.startup_seconds > 0
+    assert float(cells[3].replace(",", "")) > 0 and row.train_images > 0 and row.fit_seconds > 0
+    # FedAvg sends the whole model down and back up: the arrays plus one .npy header each way.
+    arrays = get_arrays(seeded_model("cnn-1", 10, seed=0, image_size=32))
+    nbytes = sum(a.nbytes for a in arrays)
+    assert int(cells[4].replace(",", "")) == row.bytes_round
+    assert 2 * nbytes <= row.bytes_round <= 2 * (nbytes + 128 * len(arrays))
+    # The peak grows step by step from torch's import alone to the evaluated round.
+    stages = list(row.rss_stages_mb.values())
+    assert list(row.rss_stages_mb) == ["torch", "imports", "data and client", "fit", "evaluate"]
+    assert 50 < stages[0] <= stages[1] <= stages[2] <= stages[3] <= stages[4] == row.round_rss_mb < 10_000
+    assert float(cells[5]) == pytest.approx(row.round_rss_mb, abs=0.5)
+    assert cells[6] == cells[7] == "—"  # no SuperNode in the smoke run
+    assert row.clientapp_rss_mb is None and report.torch.rss_mb == stages[0]
+
+    [install] = report.installs
+    footprint = install.footprint
+    assert "smoke: NOT a lean install" in install.label and f"| {install.label} | {footprint.packages} |" in out
+    assert footprint.packages > footprint.other_packages > 0 and footprint.megabytes > footprint.torch_megabytes > 0
+    assert "Lean / full: not measured" in out
+    assert re.search(r"Goal a CNN-1 client round under 300 MB RSS: \d+ MB \(in-process.*: (met|NOT met)\.", out)
+
+
+def test_edge_lean_env_counts_an_install_profile_inside_a_larger_venv():
+    """The profiles come from pyproject.toml, and [all] is counted inside this [dev] venv."""
+    lean_env = load_script("lean_env")
+    base, full, dev = (lean_env.profile_requirements(ROOT, extra) for extra in ("", "all", "dev"))
+    names = [{re.split(r"[\[<>=!~;, ]", text, maxsplit=1)[0].lower() for text in p} for p in (base, full, dev)]
+    assert {"flwr", "torch", "safetensors", "pip"} <= names[0] < names[1] < names[2]
+    assert {"open_clip_torch", "scikit-learn", "matplotlib"} <= names[1] - names[0]
+    assert "fedapp" not in names[2] and {"mlflow", "pytest"} <= names[2] - names[1]
+
+    python = Path(sys.executable)
+    base_sizes, torch = lean_env.installed_sizes(python, base, ("fedapp",))
+    full_sizes, _ = lean_env.installed_sizes(python, full, ("fedapp",))
+    assert {"torch", "torchvision", "fedapp"} <= torch | {"fedapp"} <= set(base_sizes) < set(full_sizes)
+    assert {"ray", "open-clip-torch", "scikit-learn"} <= set(full_sizes) - set(base_sizes)
+    assert "mlflow" not in full_sizes and "pytest" not in full_sizes
