@@ -133,7 +133,12 @@ def lean(lean_python, tmp_path_factory):
 def test_the_lean_install_has_none_of_the_extras(lean_python):
     modules = list(NOT_IN_THE_LEAN_INSTALL)
     probe = f"import importlib.util as u; print(' '.join(m for m in {modules} if u.find_spec(m)))"
-    found = subprocess.run([str(lean_python), "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    # Isolated (-I) and from the venv's folder: a folder in the working directory (Ray's /tmp/ray, say)
+    # would otherwise pass for an installed namespace package.
+    probe_command = [str(lean_python), "-I", "-c", probe]
+    found = subprocess.run(
+        probe_command, capture_output=True, text=True, check=True, cwd=lean_python.parent
+    ).stdout.split()
     assert found == []
     imports = [str(lean_python), "-c", "import torch, flwr; print('ok')"]
     done = subprocess.run(imports, capture_output=True, text=True, check=False)
