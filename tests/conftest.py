@@ -38,6 +38,23 @@ def _private_cache(tmp_path_factory):
         yield os.environ["FEDAPP_CACHE_DIR"]
 
 
+@pytest.fixture(autouse=True)
+def _pythonpath_as_found() -> Iterator[None]:
+    """``PYTHONPATH`` given back as each test found it.
+
+    Flower's Ray backend writes the driver's ``sys.path`` into ``os.environ["PYTHONPATH"]``
+    (so its workers find the app) when a simulation runs in this process; processes that
+    later tests start from here would inherit this venv's site-packages (a lean SuperNode
+    would find packages its install lacks).
+    """
+    saved = os.environ.get("PYTHONPATH")
+    yield
+    if saved is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = saved
+
+
 @pytest.fixture(scope="session")
 def clip():
     """The tiny random-init open_clip model (loaded once; no network)."""

@@ -75,7 +75,7 @@ def test_every_method_runs_on_the_message_api_in_simulation_as_on_the_legacy_pat
     for row, record in zip(rows, legacy, strict=True):
         # What was sent and who took part, exactly; the figures to float rounding, since a Ray
         # worker's torch sums in another order than this process's (the same environment on
-        # both APIs gives the same figures exactly: the tests below and test_deployment.py).
+        # both APIs gives the same figures exactly: the tests below).
         for name in COMPARED:
             expected = getattr(record, name)
             if isinstance(expected, float):

@@ -19,7 +19,10 @@ import pytest
 from PIL import Image
 
 from fedapp.catalog import CATALOG, methods_where
+from fedapp.config import resolve_run_config
+from fedapp.flower.driver import drive_rounds, stand_in_manager
 from fedapp.launch import free_port
+from fedapp.server_app import build_strategy
 from tests.paths import ROOT, load_script
 from tests.system.federation import (
     BIN,
@@ -32,14 +35,20 @@ from tests.system.federation import (
     run_metrics,
     wait_for,
 )
+from tests.system.lean_clients import read_message, write_message
 
 EDGE_METHODS = (*(m for m in methods_where(backbone="cnn") if not CATALOG[m].variant_of), "fedd2p")
 """Every client the lean profile serves: FedAvg/Standalone, pFedLoRA and its baselines, FedD2P's edge client
 (FedD2P's two variants run its client unchanged)."""
 
+OVER_SUPERNODES = ("pfedlora", "fedd2p")
+"""The edge methods also run over real lean SuperNodes: the paper's method and FedD2P's IoT client."""
+
 NOT_IN_THE_LEAN_INSTALL = ("ray", "open_clip", "sklearn", "flwr_datasets", "datasets", "matplotlib", "pandas", "mlflow")
 
 IMAGES_PER_NODE = 300
+
+RESTART_RUN = 'method="standalone" state="disk" num-rounds=1 run-name="restart"'
 
 
 def write_image_folder(folder: Path, indices: range) -> Path:
@@ -55,56 +64,10 @@ def write_image_folder(folder: Path, indices: range) -> Path:
     return folder
 
 
-class LeanFederation:
-    """A full-install SuperLink with two SuperNodes from the lean venv."""
-
-    def __init__(self, root: Path, lean_bin: Path) -> None:
-        self.root = root
-        self.env = flower_env(root / "flwr-home")
-        self.node_env = {**self.env, "PATH": f"{lean_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
-        self.node_env.pop("VIRTUAL_ENV", None)
-        self.lean_bin = lean_bin
-        self.processes = Processes(root / "logs", self.env)
-        # The two nodes work through every run's messages one at a time (a ClientApp process each),
-        # so a run's wall time is mostly its wait behind the others': generous timeouts, few in flight.
-        self.queue = RunQueue(lambda config: run_app("lean", config, self.env, timeout=1500), in_flight=5)
-        self.link_port = free_port()
-
-    def start(self) -> None:
-        link = ["--insecure", "--host", "127.0.0.1", "--port", str(self.link_port), "--database", str(self.root / "db")]
-        self.processes.start("superlink", [str(BIN / "flower-superlink"), *link])
-        wait_for(lambda: healthy(f"http://127.0.0.1:{self.link_port}/health"), "the SuperLink becoming healthy")
-        (self.root / "flwr-home" / "config.toml").write_text(connection_toml("lean", f"127.0.0.1:{self.link_port}"))
-        # The server's copy (it checks the classes and reports the partition) and each device's own half.
-        write_image_folder(self.root / "data-server", range(2 * IMAGES_PER_NODE))
-        for node in range(2):
-            write_image_folder(self.root / f"data-{node}", range(node, 2 * IMAGES_PER_NODE, 2))
-            self.start_node(node)
-
-    def node_command(self, node: int) -> list[str]:
-        paths = {key: self.root / f"{key.split('-')[0]}-{node}" for key in ("data-dir", "state-dir", "cache-dir")}
-        config = " ".join(f'{key}="{path}"' for key, path in paths.items())
-        return [
-            str(self.lean_bin / "flower-supernode"),
-            *("--insecure", "--superlink", f"127.0.0.1:{self.link_port}", "--port", str(free_port())),
-            *("--node-config", f"partition-id={node} num-partitions=2 {config}"),
-        ]
-
-    def start_node(self, node: int) -> subprocess.Popen:
-        return self.processes.start(f"supernode-{node}", self.node_command(node), env=self.node_env)
-
-    def submit(self, config: str):
-        return self.queue.submit(f'{config} {self.common} results-dir="{self.root / "results"}"')
-
-    @property
-    def common(self) -> str:
-        """Every run's settings: the devices' own data, with the server's copy of it for the checks."""
-        return f'dataset="imagefolder" data-dir="{self.root / "data-server"}" num-partitions=2 seed=3 round-timeout=900'
-
-    def close(self) -> None:
-        self.queue.drain()
-        self.queue.close()
-        self.processes.stop_all()
+def lean_env(lean_bin: Path, base: dict[str, str]) -> dict[str, str]:
+    """``base`` for a process of the lean venv: its executables first, no other venv's paths."""
+    env = {k: v for k, v in base.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    return {**env, "PATH": f"{lean_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 @pytest.fixture(scope="module")
@@ -117,35 +80,179 @@ def lean_python(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lean(lean_python, tmp_path_factory):
-    federation = LeanFederation(tmp_path_factory.mktemp("lean-federation"), lean_python.parent)
+def images(tmp_path_factory) -> Path:
+    """The server's copy of the digits (it checks the classes) and each device's own half."""
+    root = tmp_path_factory.mktemp("lean-images")
+    write_image_folder(root / "data-server", range(2 * IMAGES_PER_NODE))
+    for node in range(2):
+        write_image_folder(root / f"data-{node}", range(node, 2 * IMAGES_PER_NODE, 2))
+    return root
+
+
+def node_config(images: Path, node: int, root: Path) -> dict[str, str | int]:
+    """A device's node config: its partition, its own data and the folders it writes to."""
+    return {
+        "partition-id": node,
+        "num-partitions": 2,
+        "data-dir": str(images / f"data-{node}"),
+        "state-dir": str(root / f"state-{node}"),
+        "cache-dir": str(root / f"cache-{node}"),
+    }
+
+
+class LeanFederation:
+    """A full-install SuperLink with two SuperNodes from the lean venv."""
+
+    def __init__(self, root: Path, lean_bin: Path, images: Path) -> None:
+        self.root = root
+        self.images = images
+        self.env = flower_env(root / "flwr-home")
+        self.node_env = lean_env(lean_bin, self.env)
+        self.lean_bin = lean_bin
+        self.processes = Processes(root / "logs", self.env)
+        # The two nodes work through every run's messages one at a time (a ClientApp process each),
+        # so a run's wall time is mostly its wait behind the others': generous timeouts.
+        self.queue = RunQueue(lambda config: run_app("lean", config, self.env, timeout=1200), in_flight=4)
+        self.link_port = free_port()
+
+    def start(self) -> None:
+        link = ["--insecure", "--host", "127.0.0.1", "--port", str(self.link_port), "--database", str(self.root / "db")]
+        self.processes.start("superlink", [str(BIN / "flower-superlink"), *link])
+        wait_for(lambda: healthy(f"http://127.0.0.1:{self.link_port}/health"), "the SuperLink becoming healthy")
+        (self.root / "flwr-home" / "config.toml").write_text(connection_toml("lean", f"127.0.0.1:{self.link_port}"))
+        for node in range(2):
+            self.start_node(node)
+
+    def node_command(self, node: int) -> list[str]:
+        config = " ".join(f'{key}="{value}"' for key, value in node_config(self.images, node, self.root).items())
+        return [
+            str(self.lean_bin / "flower-supernode"),
+            *("--insecure", "--superlink", f"127.0.0.1:{self.link_port}", "--port", str(free_port())),
+            *("--node-config", config),
+        ]
+
+    def start_node(self, node: int) -> subprocess.Popen:
+        return self.processes.start(f"supernode-{node}", self.node_command(node), env=self.node_env)
+
+    def submit(self, config: str):
+        return self.queue.submit(f'{config} {self.common} results-dir="{self.root / "results"}"')
+
+    @property
+    def common(self) -> str:
+        """Every run's settings: the devices' own data, with the server's copy of it for the checks."""
+        data = self.images / "data-server"
+        return f'dataset="imagefolder" data-dir="{data}" num-partitions=2 seed=3 round-timeout=600'
+
+    def close(self) -> None:
+        self.queue.drain()
+        self.queue.close()
+        self.processes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def lean(lean_python, images, tmp_path_factory):
+    federation = LeanFederation(tmp_path_factory.mktemp("lean-federation"), lean_python.parent, images)
     try:
         federation.start()
         federation.runs = {
-            method: federation.submit(f'method="{method}" num-rounds=2 run-name="{method}"') for method in EDGE_METHODS
+            method: federation.submit(f'method="{method}" num-rounds=2 run-name="{method}"')
+            for method in OVER_SUPERNODES
         }
         federation.runs["sdfed"] = federation.submit('method="sdfed" num-rounds=1 run-name="sdfed"')
+        federation.runs["restart"] = federation.submit(RESTART_RUN)
         yield federation
     finally:
         federation.close()
 
 
+class LeanClients:
+    """A client pool (``fedapp.flower.driver.ClientPool``) whose clients live in a lean process."""
+
+    def __init__(self, python: Path, root: Path, images: Path) -> None:
+        self.root = root
+        self.images = images
+        self.stderr = (root / "lean-clients.log").open("w")
+        self.process = subprocess.Popen(
+            [str(python), str(Path(__file__).with_name("lean_clients.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=lean_env(python.parent, dict(os.environ)),
+            cwd=root,
+        )
+        self.run_config: dict = {}
+
+    def for_run(self, run_config: dict) -> LeanClients:
+        self.run_config = run_config
+        return self
+
+    def run(self, kind: str, instructions: list) -> list:
+        nodes = [node for node, _ in instructions]
+        request = [
+            (node.partition, node_config(self.images, node.partition, self.root), ins) for node, ins in instructions
+        ]
+        write_message(self.process.stdin, (kind, self.run_config, request))
+        replies = read_message(self.process.stdout)
+        if replies is None or (isinstance(replies, tuple) and replies[0] == "error"):
+            raise AssertionError(f"the lean clients failed:\n{replies and replies[1]}\n{self.log()[-3000:]}")
+        return list(zip(nodes, replies, strict=True))
+
+    def log(self) -> str:
+        return (self.root / "lean-clients.log").read_text(errors="replace")
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def lean_clients(lean_python, images, tmp_path_factory):
+    clients = LeanClients(lean_python, tmp_path_factory.mktemp("lean-clients"), images)
+    yield clients
+    clients.close()
+
+
 def test_the_lean_install_has_none_of_the_extras(lean_python):
     modules = list(NOT_IN_THE_LEAN_INSTALL)
     probe = f"import importlib.util as u; print(' '.join(m for m in {modules} if u.find_spec(m)))"
-    # Isolated (-I) and from the venv's folder: a folder in the working directory (Ray's /tmp/ray, say)
-    # would otherwise pass for an installed namespace package.
-    probe_command = [str(lean_python), "-I", "-c", probe]
+    # With the environment the lean SuperNodes get, from a folder of the venv's own: a folder in
+    # the working directory (Ray's /tmp/ray, say) would pass for an installed namespace package.
+    env = lean_env(lean_python.parent, dict(os.environ))
+    probe_command = [str(lean_python), "-c", probe]
     found = subprocess.run(
-        probe_command, capture_output=True, text=True, check=True, cwd=lean_python.parent
+        probe_command, capture_output=True, text=True, check=True, cwd=lean_python.parent, env=env
     ).stdout.split()
     assert found == []
     imports = [str(lean_python), "-c", "import torch, flwr; print('ok')"]
-    done = subprocess.run(imports, capture_output=True, text=True, check=False)
+    done = subprocess.run(imports, capture_output=True, text=True, check=False, env=env)
     assert done.stdout.strip() == "ok", done.stderr
 
 
 @pytest.mark.parametrize("method", EDGE_METHODS)
+def test_every_edge_client_trains_two_rounds_in_the_lean_install(lean_clients, images, tmp_path, method):
+    run_config = {
+        "method": method,
+        "dataset": "imagefolder",
+        "data-dir": str(images / "data-server"),
+        "num-partitions": 2,
+        "num-rounds": 2,
+        "seed": 3,
+        "results-dir": str(tmp_path),
+    }
+    strategy = build_strategy(resolve_run_config(dict(run_config)), record=False)
+    drive_rounds(strategy, lean_clients.for_run(run_config), stand_in_manager(2), 2)
+    rows = strategy.history
+    assert [r.round for r in rows] == [1, 2]
+    assert all(r.clients_fit == 2 and r.clients_failed == 0 and r.clients_evaluated == 2 for r in rows), rows
+    assert rows[-1].acc_mean > 0.1  # better than chance on 10 classes
+
+
+@pytest.mark.parametrize("method", OVER_SUPERNODES)
 def test_lean_supernodes_run_two_rounds_on_their_own_data(lean, method):
     rows = run_metrics(lean.root / "results", method, lean.runs[method].result(), lean.processes)
     assert [r["round"] for r in rows] == [1, 2]
@@ -162,16 +269,15 @@ def test_a_clip_method_is_refused_by_a_lean_node_naming_the_extra(lean):
 
 
 def test_personal_state_on_disk_survives_a_supernode_restart(lean):
-    run = 'method="standalone" state="disk" num-rounds=1 run-name="restart"'
     results = lean.root / "results"
-    first = run_metrics(results, "restart", lean.submit(run).result(), lean.processes)
+    first = run_metrics(results, "restart", lean.runs["restart"].result(), lean.processes)
     assert [r["fit_personal_rounds"] for r in first] == [1.0]
     lean.queue.drain()
     for node in range(2):  # both devices reboot: the processes stop and start again
         lean.processes.stop(f"supernode-{node}")
         lean.start_node(node)
     second_results = lean.root / "results-after-restart"
-    config = f'{run} {lean.common} results-dir="{second_results}"'
+    config = f'{RESTART_RUN} {lean.common} results-dir="{second_results}"'
     done = run_app("lean", config, lean.env, timeout=600)
     second = run_metrics(second_results, "restart", done, lean.processes)
     assert [r["fit_personal_rounds"] for r in second] == [2.0]  # trained on from the saved model
