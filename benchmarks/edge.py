@@ -61,7 +61,7 @@ from typing import Any, BinaryIO
 # Only the standard library at the top: a worker process (``--worker``, in the lean venv)
 # runs this file, and its start-up is what is measured.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lean_env import Footprint, build_lean_venv, footprint_of, installed_sizes, profile_requirements
+from lean_env import Footprint, build_lean_venv, footprint_of, installed_sizes, profile_requirements, venv_env
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6  # decimal, as the footprint's megabytes
@@ -93,8 +93,10 @@ def _peak_rss_bytes() -> int:
 def worker(method: str, startup_only: bool) -> None:
     """Import as Flower's ClientApp process does, say so, then answer instructions from stdin.
 
-    Requests (pickled): ``("context", run_config, node_config)``; ``("fit" | "evaluate", ins)``,
-    answered with ``(res, seconds, train_images)``; ``("rss",)``; ``("exit",)``.
+    Requests (pickled): ``("context", run_config, node_config)`` (a node's context, kept for
+    its ``partition-id``, 0 if unset); ``("fit" | "evaluate", ins, partition)``, answered with
+    ``(res, seconds, train_images)`` by a client built from that node's context;
+    ``("rss",)``; ``("exit",)``.
     """
     started = time.perf_counter()
     replies = os.fdopen(os.dup(1), "wb")
@@ -128,16 +130,19 @@ def worker(method: str, startup_only: bool) -> None:
     from flwr.common import Context  # noqa: PLC0415
 
     requests = sys.stdin.buffer
-    context = None
+    contexts: dict[int, Context] = {}
     client_fn = make_numpy_client_fn()
     stages = {"torch": torch_rss, "imports": _peak_rss_bytes()}  # the peak after each step: where memory goes
     while True:
         request = pickle.load(requests)
         if request[0] == "context":
-            context = Context(run_id=1, node_id=1, node_config=request[2], state=RecordDict(), run_config=request[1])
+            partition = int(request[2].get("partition-id", 0))
+            contexts[partition] = Context(
+                run_id=1, node_id=partition, node_config=request[2], state=RecordDict(), run_config=request[1]
+            )
             _send(replies, "ok")
         elif request[0] in ("fit", "evaluate"):
-            numpy_client = client_fn(context)  # built for every message, as the ClientApp does
+            numpy_client = client_fn(contexts[request[2]])  # built for every message, as the ClientApp does
             stages.setdefault("data and client", _peak_rss_bytes())
             client = numpy_client.to_client()
             begun = time.perf_counter()
@@ -159,13 +164,20 @@ class WorkerFailed(RuntimeError):
 
 
 class LeanClient:
-    """The client in a fresh process of ``python``: a client pool for ``drive_rounds``."""
+    """The clients of one method in a fresh process of ``python``: a client pool for ``drive_rounds``
+    (each node's context is given first with ``request("context", run_config, node_config)``).
 
-    def __init__(self, python: Path, method: str, log: Path, *, startup_only: bool = False) -> None:
+    ``checkout_code``: this checkout's code over the venv's copy (which is as old as the venv);
+    without it, the venv's own install, as a device has it.
+    """
+
+    def __init__(
+        self, python: Path, method: str, log: Path, *, startup_only: bool = False, checkout_code: bool = True
+    ) -> None:
         self.log = log
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-        # This checkout's code over the venv's copy (which is as old as the venv), with the venv's packages.
-        env.update(FLWR_TELEMETRY_ENABLED="0", PYTHONPATH=str(ROOT))
+        env = {**venv_env(python.parent), "FLWR_TELEMETRY_ENABLED": "0"}
+        if checkout_code:
+            env["PYTHONPATH"] = str(ROOT)
         command = [str(python), __file__, WORKER, method, *(["--startup-only"] if startup_only else [])]
         started = time.perf_counter()
         with log.open("a") as err:
@@ -193,7 +205,7 @@ class LeanClient:
     def run(self, kind: str, instructions: list) -> list:
         replies = []
         for node, ins in instructions:
-            res, seconds, images = self.request(kind, ins)
+            res, seconds, images = self.request(kind, ins, node.partition)
             if kind == "fit":
                 self.fit_seconds, self.train_images = seconds, images
             replies.append((node, res))
@@ -402,7 +414,7 @@ class LoopbackFederation:
         self.data_dir = data_dir
         self.link_port, self.node_port = free_port(), free_port()
         self.processes: dict[str, subprocess.Popen] = {}
-        base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        base = venv_env(None)
         common = {
             "FLWR_TELEMETRY_ENABLED": "0",
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",

@@ -53,6 +53,18 @@ def requirement_closure(roots: tuple[str, ...], dists: dict[str, Distribution]) 
     return {name for name, _ in seen}
 
 
+def venv_env(bin_dir: Path | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (this process's environment by default) for a process of another venv: no
+    variable that points Python at this one's packages (``PYTHONPATH``: Flower's Ray backend
+    writes this process's ``sys.path`` there when a simulation runs in it), with ``bin_dir``
+    first on ``PATH``."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    if bin_dir is not None:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
 def _installed() -> dict[str, Distribution]:
     return {normalized(d.metadata["Name"]): d for d in distributions()}
 
@@ -97,7 +109,7 @@ def build_lean_venv(venv: Path, project: Path, *, extras: str = "", link_torch_f
             source.mkdir(parents=True, exist_ok=True)
             shutil.copy2(project / name, source / name)
     spec = f"{source}[{extras}]" if extras else str(source)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env = venv_env(None)
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", spec],
         check=True,

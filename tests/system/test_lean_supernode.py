@@ -1,16 +1,22 @@
-"""The lean install on a device: SuperNodes from a venv with only the base profile (no Ray,
-open_clip, scikit-learn, flwr-datasets, matplotlib) run our ClientApp on their own
-ImageFolder data against a full-install SuperLink, for pFedLoRA and its baselines,
-FedAvg/Standalone and FedD2P's edge client; a CLIP method is refused by the nodes in one
-line naming the extra; personal state on disk survives a SuperNode restart.
+"""The lean install on a device: a venv with only the base profile (no Ray, open_clip,
+scikit-learn, flwr-datasets, matplotlib) serves every edge client (FedAvg/Standalone,
+pFedLoRA and its baselines, FedD2P's edge client) on its own ImageFolder data.
+
+- Every edge method runs two rounds with its clients in a lean process (our ClientApp's
+  ``client_fn``, one client per message, each node's context kept between them) and its
+  strategy here, with the full install, exchanging Flower's own instruction and reply
+  objects over a pipe (``benchmarks/edge.py``'s worker): seconds per method.
+- Over real processes, lean SuperNodes against a full-install SuperLink: pFedLoRA and
+  FedD2P two rounds each, a CLIP method refused by the nodes in one line naming the
+  extra, and personal state on disk surviving a SuperNode restart.
 
 The venv gets torch linked from this environment (a device installs its own torch build
-first, docs/edge.md), then ``pip install <project>`` with no extras.
+first, docs/edge.md), then ``pip install <project>`` with no extras. The lean processes
+get no ``PYTHONPATH``: a device's SuperNode has its own environment, not this one's.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -35,7 +41,6 @@ from tests.system.federation import (
     run_metrics,
     wait_for,
 )
-from tests.system.lean_clients import read_message, write_message
 
 EDGE_METHODS = (*(m for m in methods_where(backbone="cnn") if not CATALOG[m].variant_of), "fedd2p")
 """Every client the lean profile serves: FedAvg/Standalone, pFedLoRA and its baselines, FedD2P's edge client
@@ -62,12 +67,6 @@ def write_image_folder(folder: Path, indices: range) -> Path:
         (folder / label).mkdir(parents=True, exist_ok=True)
         Image.fromarray(pixels, mode="L").save(folder / label / f"{index}.png")
     return folder
-
-
-def lean_env(lean_bin: Path, base: dict[str, str]) -> dict[str, str]:
-    """``base`` for a process of the lean venv: its executables first, no other venv's paths."""
-    env = {k: v for k, v in base.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    return {**env, "PATH": f"{lean_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +106,7 @@ class LeanFederation:
         self.root = root
         self.images = images
         self.env = flower_env(root / "flwr-home")
-        self.node_env = lean_env(lean_bin, self.env)
+        self.node_env = load_script("lean_env").venv_env(lean_bin, self.env)
         self.lean_bin = lean_bin
         self.processes = Processes(root / "logs", self.env)
         # The two nodes work through every run's messages one at a time (a ClientApp process each),
@@ -165,64 +164,12 @@ def lean(lean_python, images, tmp_path_factory):
         federation.close()
 
 
-class LeanClients:
-    """A client pool (``fedapp.flower.driver.ClientPool``) whose clients live in a lean process."""
-
-    def __init__(self, python: Path, root: Path, images: Path) -> None:
-        self.root = root
-        self.images = images
-        self.stderr = (root / "lean-clients.log").open("w")
-        self.process = subprocess.Popen(
-            [str(python), str(Path(__file__).with_name("lean_clients.py"))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            env=lean_env(python.parent, dict(os.environ)),
-            cwd=root,
-        )
-        self.run_config: dict = {}
-
-    def for_run(self, run_config: dict) -> LeanClients:
-        self.run_config = run_config
-        return self
-
-    def run(self, kind: str, instructions: list) -> list:
-        nodes = [node for node, _ in instructions]
-        request = [
-            (node.partition, node_config(self.images, node.partition, self.root), ins) for node, ins in instructions
-        ]
-        write_message(self.process.stdin, (kind, self.run_config, request))
-        replies = read_message(self.process.stdout)
-        if replies is None or (isinstance(replies, tuple) and replies[0] == "error"):
-            raise AssertionError(f"the lean clients failed:\n{replies and replies[1]}\n{self.log()[-3000:]}")
-        return list(zip(nodes, replies, strict=True))
-
-    def log(self) -> str:
-        return (self.root / "lean-clients.log").read_text(errors="replace")
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.stderr.close()
-
-
-@pytest.fixture(scope="module")
-def lean_clients(lean_python, images, tmp_path_factory):
-    clients = LeanClients(lean_python, tmp_path_factory.mktemp("lean-clients"), images)
-    yield clients
-    clients.close()
-
-
 def test_the_lean_install_has_none_of_the_extras(lean_python):
     modules = list(NOT_IN_THE_LEAN_INSTALL)
     probe = f"import importlib.util as u; print(' '.join(m for m in {modules} if u.find_spec(m)))"
     # With the environment the lean SuperNodes get, from a folder of the venv's own: a folder in
     # the working directory (Ray's /tmp/ray, say) would pass for an installed namespace package.
-    env = lean_env(lean_python.parent, dict(os.environ))
+    env = load_script("lean_env").venv_env(lean_python.parent)
     probe_command = [str(lean_python), "-c", probe]
     found = subprocess.run(
         probe_command, capture_output=True, text=True, check=True, cwd=lean_python.parent, env=env
@@ -234,7 +181,7 @@ def test_the_lean_install_has_none_of_the_extras(lean_python):
 
 
 @pytest.mark.parametrize("method", EDGE_METHODS)
-def test_every_edge_client_trains_two_rounds_in_the_lean_install(lean_clients, images, tmp_path, method):
+def test_every_edge_client_trains_two_rounds_in_the_lean_install(lean_python, images, tmp_path, method):
     run_config = {
         "method": method,
         "dataset": "imagefolder",
@@ -244,8 +191,14 @@ def test_every_edge_client_trains_two_rounds_in_the_lean_install(lean_clients, i
         "seed": 3,
         "results-dir": str(tmp_path),
     }
-    strategy = build_strategy(resolve_run_config(dict(run_config)), record=False)
-    drive_rounds(strategy, lean_clients.for_run(run_config), stand_in_manager(2), 2)
+    clients = load_script("edge").LeanClient(lean_python, method, tmp_path / "clients.log", checkout_code=False)
+    try:
+        for node in range(2):
+            clients.request("context", run_config, node_config(images, node, tmp_path))
+        strategy = build_strategy(resolve_run_config(dict(run_config)), record=False)
+        drive_rounds(strategy, clients, stand_in_manager(2), 2)
+    finally:
+        clients.close()
     rows = strategy.history
     assert [r.round for r in rows] == [1, 2]
     assert all(r.clients_fit == 2 and r.clients_failed == 0 and r.clients_evaluated == 2 for r in rows), rows
