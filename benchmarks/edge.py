@@ -124,15 +124,17 @@ def worker(method: str, startup_only: bool) -> None:
         },
     }
     _send(replies, ready)
-    if startup_only:
-        return
+    if not startup_only:
+        _answer_requests(replies, make_numpy_client_fn(), {"torch": torch_rss, "imports": _peak_rss_bytes()})
+
+
+def _answer_requests(replies, client_fn, stages: dict[str, int]) -> None:
+    """The worker's loop: ``stages`` holds the peak RSS after each step, to show where memory goes."""
     from flwr.app import RecordDict  # noqa: PLC0415
     from flwr.common import Context  # noqa: PLC0415
 
     requests = sys.stdin.buffer
     contexts: dict[int, Context] = {}
-    client_fn = make_numpy_client_fn()
-    stages = {"torch": torch_rss, "imports": _peak_rss_bytes()}  # the peak after each step: where memory goes
     while True:
         request = pickle.load(requests)
         if request[0] == "context":

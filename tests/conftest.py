@@ -14,9 +14,34 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Several workers share the cores: one compute thread each (and in the processes they start),
+    # set before torch is first imported, so that they do not oversubscribe the CPUs.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 TIERS = ("unit", "integration", "system")
 
 
+# Modules whose tests use Flower's fixed local-SuperLink port (39091: a plain `flwr run`, or a
+# stand-in listening there) run on one pytest-xdist worker, one after another.
+FLOWER_DEFAULT_PORT = ("system/test_launch.py", "system/test_plugin_app.py", "system/test_sweep.py")
+# Session-wide federations: every test that uses one runs on the worker that started it.
+SHARED_FEDERATIONS = ("loopback", "netns")
+
+
+def xdist_group(item: pytest.Item, module: str) -> str:
+    """The pytest-xdist group of a test (``--dist loadgroup``): its module's, unless it shares a
+    machine-wide resource with other modules. A module stays whole on one worker, so its
+    module-scoped fixtures (runs several tests read) are paid once."""
+    for federation in SHARED_FEDERATIONS:
+        if federation in getattr(item, "fixturenames", ()):
+            return f"federation-{federation}"
+    if module.startswith("unit/"):
+        return "unit"  # CPU-bound and quick: one worker, beside the tiers that mostly wait on processes
+    return "flower-default-port" if module in FLOWER_DEFAULT_PORT else module
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(item.path).resolve().relative_to(TESTS).parts
@@ -24,6 +49,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{', tests/'.join(TIERS)}")
         item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item, "/".join(parts))))
 
 
 @pytest.fixture(scope="session", autouse=True)
