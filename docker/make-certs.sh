@@ -9,7 +9,10 @@
 # Writes OUT_DIR/ca.crt (give it to every SuperNode and CLI user), ca.key (keep
 # it offline), server.pem and server.key (the SuperLink's). Existing files are
 # never overwritten: delete them first to rotate. CERT_DAYS sets the validity
-# (default 365 days).
+# (default 365 days). Refused: an OUT_DIR inside a git work tree that git does
+# not ignore (write outside the project, e.g. ~/fedapp-credentials/certs, or into
+# docker/credentials/), and one holding node keys (the CA key stays apart from
+# what goes to devices).
 set -euo pipefail
 
 usage() {
@@ -63,6 +66,12 @@ for san in "$@"; do
   sans="$sans,$san"
 done
 
+# shellcheck source-path=SCRIPTDIR source=credentials-folder.sh
+source "$(dirname "$0")/credentials-folder.sh"
+check_credentials_folder make-certs "$out" ca.key
+if compgen -G "$out/*.pub" >/dev/null; then
+  die "$out holds node keys (*.pub): the CA's private key must not sit with files that go to devices; use another folder"
+fi
 mkdir -p "$out"
 for f in ca.crt ca.key server.pem server.key; do
   if [[ -e "$out/$f" ]]; then

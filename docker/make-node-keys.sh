@@ -7,7 +7,8 @@
 # --auth-supernode-private-key) and OUT_DIR/NAME.pub (registered on the
 # SuperLink with `flwr supernode register OUT_DIR/NAME.pub <connection>`).
 # Existing keys are never overwritten; all names are checked before any key is
-# written.
+# written. Refused: an OUT_DIR inside a git work tree that git does not ignore,
+# and one holding the CA's private key (ca.key).
 set -euo pipefail
 
 usage() {
@@ -44,6 +45,13 @@ for name in "$@"; do
   done
 done
 
+# shellcheck source-path=SCRIPTDIR source=credentials-folder.sh
+source "$(dirname "$0")/credentials-folder.sh"
+check_credentials_folder make-node-keys "$out" "$1"
+if [[ -e "$out/ca.key" ]]; then
+  echo "make-node-keys: $out holds the CA's private key (ca.key): node keys go to devices, so keep them apart" >&2
+  exit 2
+fi
 mkdir -p "$out"
 for name in "$@"; do
   ssh-keygen -q -t ecdsa -b 384 -N "" -C "fedapp-$name" -f "$out/$name" </dev/null

@@ -49,7 +49,9 @@ RESUMABLE_CHANGES = frozenset(
     }
 )
 
-META_KEYS = frozenset({"format", "round", "config", "num_global_arrays", "state_names", "totals", "records", "rng"})
+META_KEYS = frozenset(
+    {"format", "round", "config", "num_global_arrays", "state_names", "totals", "records", "rng", "run_token"}
+)
 TOTALS = frozenset({"mb_cumulative", "mb_eval_cumulative", "params_cumulative", "flops_cumulative"})
 RNG_ARRAYS = ("numpy_keys", "torch")
 
@@ -65,6 +67,8 @@ class ServerCheckpoint:
     totals: dict[str, float] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
     rng: dict[str, Any] = field(default_factory=dict)
+    #: The token of the run (what clients' personal state is bound to); None in checkpoints made before it.
+    run_token: str | None = None
 
     @property
     def method(self) -> str:
@@ -111,6 +115,7 @@ def save_checkpoint(path: str | os.PathLike, checkpoint: ServerCheckpoint) -> Pa
         "totals": checkpoint.totals,
         "records": checkpoint.records,
         "rng": rng,
+        "run_token": checkpoint.run_token,
     }
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-", suffix=".npz")
@@ -156,6 +161,7 @@ def load_checkpoint(path: str | os.PathLike) -> ServerCheckpoint:
             totals={k: float(v) for k, v in meta["totals"].items()},
             records=list(meta["records"]),
             rng=rng,
+            run_token=meta.get("run_token"),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise StateError(f"checkpoint {path} is incomplete ({err!r} missing or malformed)") from err

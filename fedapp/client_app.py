@@ -37,7 +37,7 @@ from fedapp.flower.message_api import answer, is_message_api
 from fedapp.flower.privacy import dp_clipping_mod
 from fedapp.flower.secure_aggregation import secagg_client_mod
 from fedapp.registry import client_class
-from fedapp.state import DiskStateStore, MemoryStateStore, StateStore, on_supernode
+from fedapp.state import RUN_TOKEN_KEY, DiskStateStore, MemoryStateStore, StateStore, on_supernode
 from fedapp.training import select_device
 
 
@@ -114,13 +114,22 @@ def make_store(context: Context, config: RunConfig, partition_id: int) -> StateS
 
 
 class AgreementCheckedClient(NumPyClient):
-    """A method's client that first checks that its classes are the server's (the names
-    every instruction carries), so that a node whose own folders differ is refused with
-    both lists instead of training with swapped labels."""
+    """A method's client that first checks what every instruction carries: that its classes
+    are the server's (a node whose own folders differ is refused with both lists instead of
+    training with swapped labels), and that its personal state belongs to the server's run
+    (:meth:`fedapp.state.DiskStateStore.join_run`: never another run's, unless the run
+    config's ``personal-state-from`` asks for it)."""
 
-    def __init__(self, client: NumPyClient, data: ClientData) -> None:
+    def __init__(self, client: NumPyClient, data: ClientData, store: StateStore, continue_from: str = "") -> None:
         self.client = client
         self.data = data
+        self.store = store
+        self.continue_from = continue_from
+
+    def _check(self, config) -> None:
+        check_class_agreement(self.data, config.get(CLASS_NAMES_KEY))
+        token = config.get(RUN_TOKEN_KEY)
+        self.store.join_run(None if token is None else str(token), self.continue_from)
 
     def get_properties(self, config):
         return self.client.get_properties(config)
@@ -129,11 +138,11 @@ class AgreementCheckedClient(NumPyClient):
         return self.client.get_parameters(config)
 
     def fit(self, parameters, config):
-        check_class_agreement(self.data, config.get(CLASS_NAMES_KEY))
+        self._check(config)
         return self.client.fit(parameters, config)
 
     def evaluate(self, parameters, config):
-        check_class_agreement(self.data, config.get(CLASS_NAMES_KEY))
+        self._check(config)
         return self.client.evaluate(parameters, config)
 
 
@@ -204,7 +213,7 @@ def make_numpy_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_u
         data = load_client_data(config, partition_id, num_partitions, local_dir)
         store = make_store(context, config, partition_id)
         client = client_class(config.method)(config, data, store, select_device(config.device))
-        return AgreementCheckedClient(client, data)
+        return AgreementCheckedClient(client, data, store, config.personal_state_from)
 
     return numpy_client_fn
 

@@ -108,6 +108,8 @@ def progress_line(record: RoundRecord, num_rounds: int) -> str:
     failed = f" ({record.clients_failed} failed)" if record.clients_failed else ""
     held = record.extra.get("held_out_acc_mean")
     glob += "" if held is None else f" | held-out {held:.3f}"
+    if missing := record.extra.get("eval_missing_clients"):  # the accuracies are a subset's: say whose are missing
+        glob = f" (of {record.clients_evaluated} clients: {', '.join(missing)} missing)" + glob
     novel = record.extra.get("novel_acc_mean")
     glob += "" if novel is None else f" | novel {novel:.3f} HM {record.extra['harmonic_mean']:.3f}"
     return (

@@ -5,11 +5,23 @@ mapping that outlives a round (in Flower, the node's ``Context.state``);
 :class:`DiskStateStore` writes one ``.npz`` per client under
 ``<state-dir>/<run-name>/partition-<id>.npz`` so large personal models leave
 memory between rounds and survive a process or SuperLink restart.
+
+Personal state belongs to one run. The server stamps every instruction with its
+run's token (:data:`RUN_TOKEN_KEY`: made when the run starts, kept in its
+checkpoint, so a resumed run sends the same one), and a disk store keeps the token
+of the run its files belong to (``run.json``). State another run left under the
+same name is never loaded into a new run: it is set aside, whole, next to the
+folder, and the client starts afresh; a new run continues an earlier run's
+personal state only when it says so (``personal-state-from``), and the node's
+``run.json`` records where its state came from.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -22,6 +34,14 @@ import numpy as np
 from fedapp.errors import StateError
 
 StateArrays = dict[str, np.ndarray]
+
+RUN_TOKEN_KEY = "run-token"
+"""The instruction key that names the run a client's personal state must belong to."""
+
+RUN_FILE = "run.json"
+"""A disk store's record of the run its files belong to (and the run it continued, if any)."""
+
+log = logging.getLogger(__name__)
 
 
 def on_supernode() -> bool:
@@ -40,6 +60,10 @@ class StateStore(Protocol):
 
     def save(self, name: str, arrays: StateArrays) -> None:
         """Persist ``arrays`` under ``name``, replacing what was there."""
+        ...
+
+    def join_run(self, token: str | None, continue_from: str = "") -> None:
+        """Bind the store to the run ``token`` names before its state is read (see the module)."""
         ...
 
 
@@ -67,12 +91,82 @@ class MemoryStateStore:
     def save(self, name: str, arrays: StateArrays) -> None:
         self._mapping[self._key(name)] = self._encode(arrays)
 
+    def join_run(self, token: str | None, continue_from: str = "") -> None:
+        """Nothing to check: the mapping is the run's own (Flower gives every run a new ``Context``)."""
+
 
 class DiskStateStore:
-    """State as ``.npz`` files in a per-run, per-client folder, written atomically."""
+    """State as ``.npz`` files in a per-run, per-client folder, written atomically, with the
+    token of the run they belong to in ``run.json`` (:meth:`join_run`)."""
 
     def __init__(self, root: str | os.PathLike, run_name: str, partition_id: int | str):
-        self.directory = Path(root).expanduser() / run_name / f"partition-{partition_id}"
+        self.root = Path(root).expanduser()
+        self.partition = f"partition-{partition_id}"
+        self.directory = self.root / run_name / self.partition
+
+    def owner(self) -> dict[str, str] | None:
+        """What ``run.json`` says (``run-token``, and ``continued-from`` if set), or None without one."""
+        try:
+            return json.loads((self.directory / RUN_FILE).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise StateError(f"client state record {self.directory / RUN_FILE} is unreadable ({err})") from err
+
+    def join_run(self, token: str | None, continue_from: str = "") -> None:
+        """Make this folder the state of run ``token`` before anything is read from it.
+
+        State of another run (or of no recorded run) is moved aside whole, to
+        ``partition-<id>.run-<its token>``, and the client starts afresh, unless it is this
+        run's own. ``continue_from`` (a run name) starts a new run from the state that run
+        left in this node's ``state-dir``, copied, never moved. ``token`` None (a server that
+        sends none) checks nothing.
+        """
+        if token is None:
+            return
+        owner = self.owner()
+        if owner is not None and owner.get(RUN_TOKEN_KEY) == token:
+            return
+        if self.directory.exists():
+            self._set_aside(owner)
+        record = {RUN_TOKEN_KEY: token}
+        source = self.root / continue_from / self.partition if continue_from else None
+        if source is not None and source.is_dir():
+            shutil.copytree(source, self.directory, ignore=shutil.ignore_patterns(RUN_FILE, "*.tmp"))
+            record["continued-from"] = continue_from
+            log.info("personal state of %s continues from run %s", self.directory, continue_from)
+        elif source is not None:
+            log.warning(
+                "no personal state of run %s at %s on this node: this client starts afresh", continue_from, source
+            )
+        self._make_directory()
+        (self.directory / RUN_FILE).write_text(json.dumps(record) + "\n")
+
+    def _set_aside(self, owner: dict[str, str] | None) -> None:
+        earlier = owner.get(RUN_TOKEN_KEY, "unknown") if owner else "unknown"
+        aside = self.directory.with_name(f"{self.partition}.run-{earlier}")
+        for suffix in range(1, 1000):
+            if not aside.exists():
+                break
+            aside = self.directory.with_name(f"{self.partition}.run-{earlier}-{suffix}")
+        os.replace(self.directory, aside)
+        log.warning(
+            "personal state in %s belongs to another run: moved to %s; this run's clients start afresh "
+            "(resume=true continues a run; personal-state-from continues another run's personal state)",
+            self.directory,
+            aside,
+        )
+
+    def _make_directory(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.directory, os.W_OK):
+                raise PermissionError(13, "Permission denied")
+        except OSError as err:
+            raise StateError(
+                f"cannot write client state under {self.directory} ({err.strerror or err}): "
+                "the state-dir must be a writable folder"
+            ) from err
 
     def path(self, name: str) -> Path:
         return self.directory / f"{name}.npz"
@@ -88,15 +182,9 @@ class DiskStateStore:
             raise StateError(f"client state file {path} is unreadable ({err}); delete it to start fresh") from err
 
     def save(self, name: str, arrays: StateArrays) -> None:
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            # Write then rename, so a crash mid-write never leaves a torn file behind.
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-        except OSError as err:
-            raise StateError(
-                f"cannot write client state under {self.directory} ({err.strerror or err}): "
-                "the state-dir must be a writable folder"
-            ) from err
+        self._make_directory()
+        # Write then rename, so a crash mid-write never leaves a torn file behind.
+        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
                 np.savez(handle, **arrays)

@@ -30,14 +30,17 @@ SHARED_FEDERATIONS = ("loopback", "netns")
 
 
 def xdist_group(item: pytest.Item, module: str) -> str:
-    """The pytest-xdist group of a test (``--dist loadgroup``): its module's, unless it shares a
-    machine-wide resource with other modules. A module stays whole on one worker, so its
-    module-scoped fixtures (runs several tests read) are paid once."""
+    """The pytest-xdist group of a test (``--dist loadgroup``): its tier for the unit and integration
+    tiers; in the system tier its module's, unless it shares a machine-wide resource with other
+    modules. A module stays whole on one worker, so its module-scoped fixtures are paid once."""
     for federation in SHARED_FEDERATIONS:
         if federation in getattr(item, "fixturenames", ()):
             return f"federation-{federation}"
-    if module.startswith("unit/"):
-        return "unit"  # CPU-bound and quick: one worker, beside the tiers that mostly wait on processes
+    tier = module.split("/", maxsplit=1)[0]
+    if tier in ("unit", "integration"):
+        # CPU-bound (training, Ray simulations sharing one Ray start): one worker each, beside the
+        # system tier's modules, which mostly wait on processes they started.
+        return tier
     return "flower-default-port" if module in FLOWER_DEFAULT_PORT else module
 
 

@@ -231,7 +231,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "Paths and state",
-        _keys("results-dir run-name cache-dir state state-dir tracker tracking-uri export-models"),
+        _keys("results-dir run-name cache-dir state state-dir personal-state-from tracker tracking-uri export-models"),
         (
             "A run writes its folder `results-dir/run-name`; a run name is one folder name (no `/`, `\\` or "
             "`..`), and an empty one is derived from the method, dataset, partition, a digest of every setting "
@@ -241,6 +241,12 @@ GROUPS: tuple[Group, ...] = (
             "faster: Flower ships a node's context to the worker with every message (see `benchmarks/scale.py`). "
             "On a SuperNode the node config's `state-dir` and `cache-dir` decide, never the run config's (see "
             "[Across machines](deployment.md#across-machines-tls-and-authenticated-supernodes)).",
+            "Personal state belongs to one run: every instruction carries the run's token (kept in its "
+            "checkpoint, so `resume = true` sends the same one), and a node sets aside, whole, state that another "
+            "run left under the same name (`<state-dir>/<run-name>/partition-<id>.run-<token>`) instead of "
+            "loading it. A new run continues an earlier run's personal models only when `personal-state-from` "
+            "names that run; each node copies that state and records it in its `run.json`, and the run's "
+            "`summary.json` records where its global state began.",
             "`tracker = mlflow` also logs the resolved configuration, every round's metrics and the run's files to "
             "MLflow (`tracking-uri`, by default a SQLite database in `results-dir`); `tracker = tensorboard` writes "
             'event files to the run folder\'s `tensorboard/`. Both need `pip install -e ".[tracking]"`; '

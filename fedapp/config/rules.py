@@ -230,15 +230,26 @@ def _check_local_prompt_lengths(config: RunConfig) -> None:
 
 def _check_run_name(config: RunConfig) -> None:
     """A run name is one folder inside ``results-dir`` (and ``state-dir``): no path, so that whoever
-    names a run cannot make the server or a node write outside the folders chosen for them."""
-    name = config.run_name
-    if not name:
-        return
-    bad = [part for part in ("/", "\\", "\0") if part in name]
-    if bad or name in (".", "..") or name != name.strip() or Path(name).is_absolute():
+    names a run cannot make the server or a node write outside the folders chosen for them (nor
+    read another folder's state through ``personal-state-from``)."""
+    for key in ("run-name", "personal-state-from"):
+        name = config[key]
+        bad = [part for part in ("/", "\\", "\0") if part in name]
+        if name and (bad or name in (".", "..") or name != name.strip() or Path(name).is_absolute()):
+            raise ConfigError(
+                f"config key {key!r} = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
+                "spaces): runs are written to results-dir/<run-name> and state-dir/<run-name>"
+            )
+    earlier = config.personal_state_from
+    if earlier and config.state != "disk":
         raise ConfigError(
-            f"config key 'run-name' = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
-            "spaces): runs are written to results-dir/<run-name>"
+            f"config key 'personal-state-from' = {earlier!r} needs state = \"disk\" (personal state in memory "
+            f"ends with its run), got state = {config.state!r}"
+        )
+    if earlier and earlier == config.resolved_run_name:
+        raise ConfigError(
+            f"config key 'personal-state-from' = {earlier!r} names this run itself: resume=true continues a run; "
+            "personal-state-from starts a new run (another run-name) from an earlier run's personal state"
         )
 
 

@@ -235,6 +235,11 @@ class Settings:
     traceback: bool = setting(False, "log ServerApp and client errors with their tracebacks (default: one line each)")
     state: str = setting("memory", "where personal client state lives", choices=STATE_BACKENDS)
     state_dir: str = setting("state", "root of on-disk client state (state = disk)")
+    personal_state_from: str = setting(
+        "",
+        "state = disk: a new run's clients start from the personal state this earlier run (its run-name) "
+        "left on each node, copied; default: only their own run's",
+    )
     device: str = setting("auto", "torch device for local training", choices=DEVICES)
     target_accuracy: float = setting(0.8, "accuracy for the rounds/MB-to-target summary", low=0.0, high=1.0)
     tracker: str = setting(

@@ -50,6 +50,13 @@ class RoundLog:
     left_out: list[str] = field(default_factory=list)
     skipped: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The clients asked to train and to evaluate this round (:meth:`missing` names who did not answer).
+    sampled: dict[str, list[str]] = field(default_factory=dict)
+
+    def missing(self, step: str, answered: Sequence[str]) -> list[str]:
+        """The clients sampled for ``step`` (fit or evaluate) that sent no usable reply: a node that
+        died or restarted mid-round is named here, whichever API reported its failure."""
+        return [name for name in self.sampled.get(step, []) if name not in set(answered)]
 
     def refuse(self, server_round: int, reason: str) -> None:
         """Leave one client out of the round: a warning, a failed count, the reason in the metrics."""
@@ -225,9 +232,19 @@ def summarize_evaluation(
 
 
 def close_round(
-    server_round: int, round_log: RoundLog, totals: RunTotals, evaluation: Evaluation, eval_failures: int
+    server_round: int,
+    round_log: RoundLog,
+    totals: RunTotals,
+    evaluation: Evaluation,
+    eval_failures: int,
+    evaluated: Sequence[str] = (),
 ) -> RoundRecord:
-    """The record of a finished round; adds its traffic, parameters and FLOPs to ``totals``."""
+    """The record of a finished round; adds its traffic, parameters and FLOPs to ``totals``.
+
+    ``evaluated`` names the clients whose evaluation replies count: the sampled ones not among
+    them are ``eval_missing_clients``, and ``eval_subset`` says the accuracies cover fewer clients
+    than the round asked."""
+    eval_missing = round_log.missing("evaluate", evaluated)
     round_total = sum(round_log.bytes_up) + sum(round_log.bytes_down)
     totals.mb_cumulative += round_total / MB
     totals.mb_eval_cumulative += round_log.bytes_eval_down / MB
@@ -256,6 +273,8 @@ def close_round(
         round_seconds=time.perf_counter() - round_log.started,
         extra={
             "eval_failures": eval_failures,
+            "eval_subset": bool(eval_missing),
+            "eval_missing_clients": eval_missing,
             "left_out_reasons": list(round_log.left_out),
             "round_skipped": round_log.skipped,
             # Not in mb_cumulative, which is the training traffic the papers count.

@@ -7,6 +7,7 @@ run, checked against this run's configuration and the arrays and state its metho
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ class ResumePoint:
     history: list[RoundRecord]
     #: The server's generator states (:func:`fedapp.checkpoint.restore_rng_state` puts them back).
     rng: dict[str, Any]
+    #: The run's token (None in a checkpoint made before runs had one).
+    run_token: str | None
 
 
 def checkpoint_path_of(recorder: RunRecorder | None) -> Path | None:
@@ -57,6 +60,7 @@ def write_checkpoint(
     strategy_state: dict[str, np.ndarray],
     totals: RunTotals,
     history: Sequence[RoundRecord],
+    run_token: str | None = None,
 ) -> Path:
     """Write everything needed to continue after ``server_round`` to ``path`` (atomically),
     with the server's current generator states; returns ``path``."""
@@ -68,6 +72,7 @@ def write_checkpoint(
         totals=totals.as_checkpoint(),
         records=[asdict(record) for record in history],
         rng=rng_state(),
+        run_token=run_token,
     )
     return save_checkpoint(path, checkpoint)
 
@@ -106,4 +111,30 @@ def read_resume_point(
         totals=RunTotals.from_checkpoint(checkpoint.totals),
         history=[RoundRecord(**row) for row in checkpoint.records],
         rng=checkpoint.rng,
+        run_token=checkpoint.run_token,
     )
+
+
+def begin_run(config: RunConfig, recorder: RunRecorder | None) -> str:
+    """A new token for a run that starts (clients bind their personal state to it:
+    :meth:`fedapp.state.DiskStateStore.join_run`); its ``summary.json`` records where it began."""
+    token = uuid.uuid4().hex[:16]
+    _note_origin(config, recorder, token, f"initialisation (seed {config.seed})")
+    return token
+
+
+def resume_run(config: RunConfig, recorder: RunRecorder | None, point: ResumePoint, token: str) -> str:
+    """The token of a resumed run: its checkpoint's, so that its clients' state is still theirs
+    (``token``, a new one, for a checkpoint made before runs had tokens: that state is set aside)."""
+    token = point.run_token or token
+    _note_origin(config, recorder, token, f"this run's checkpoint after round {point.round}")
+    return token
+
+
+def _note_origin(config: RunConfig, recorder: RunRecorder | None, token: str, global_state: str) -> None:
+    earlier = config.personal_state_from
+    personal = f"run {earlier!r}, copied on each node" if earlier else "this run's own"
+    if recorder is not None:
+        recorder.summary_extra.update(
+            {"run_token": token, "global_state_from": global_state, "personal_state_from": personal}
+        )

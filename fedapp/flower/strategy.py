@@ -5,9 +5,8 @@ hooks: :meth:`~FedAppStrategy.initial_arrays` (the global state it starts
 from), :meth:`~FedAppStrategy.aggregate_updates` (how validated client payloads
 become the next global state) and, optionally,
 :meth:`~FedAppStrategy.fit_config`. Everything else, including the per-round
-metrics line, happens here once, from the pieces beside this module: sampling
-(who takes part), replies (what is usable), recording (the round's accounting
-and record) and resume (checkpoints).
+metrics line, happens here once, from the pieces beside this module: sampling (who takes
+part), replies (what is usable), recording (the round's record) and resume (checkpoints).
 """
 
 from __future__ import annotations
@@ -44,13 +43,14 @@ from fedapp.flower.recording import (
     write_round,
 )
 from fedapp.flower.replies import AggregateReplies, ClientUpdate, failure_reason, reply_order, validated_updates
-from fedapp.flower.resume import checkpoint_path_of, read_resume_point, write_checkpoint
+from fedapp.flower.resume import begin_run, checkpoint_path_of, read_resume_point, resume_run, write_checkpoint
 from fedapp.flower.sampling import ClientSampler
 from fedapp.metrics import RoundRecord, RunRecorder, check_writable_folders, payload_bytes
 from fedapp.models import build_model
 from fedapp.models.export import export_global_model
 from fedapp.params import decode_parameters
 from fedapp.registry import strategy_class
+from fedapp.state import RUN_TOKEN_KEY
 
 # ClientUpdate, reply_order and AggregateReplies are imported from here by strategies/ and others.
 __all__ = ["AggregateReplies", "ClientUpdate", "FedAppStrategy", "reply_order"]
@@ -106,6 +106,7 @@ class FedAppStrategy(Strategy):
         self.class_names = tuple(class_names) if class_names is not None else tuple(map(str, range(num_classes)))
         if len(self.class_names) != num_classes:
             raise ValueError(f"{len(self.class_names)} class names for {num_classes} classes")
+        self._encoded_class_names = encode_class_names(self.class_names)  # once: every instruction carries them
         self.recorder = recorder
         self.history: list[RoundRecord] = []
         self._round_log: dict[int, RoundLog] = {}
@@ -113,6 +114,7 @@ class FedAppStrategy(Strategy):
         self._global: Arrays = []
         self._sampler = ClientSampler(config)
         self.completed_rounds = 0  # rounds a resumed run had finished before this process
+        self.run_token = begin_run(config, recorder)  # sent with every instruction: personal state is this run's
         self.domain_names = tuple(domain_names or ())
         held_out = self._sampler.held_out
         if held_out and self.new_client_note and recorder is not None:
@@ -192,9 +194,8 @@ class FedAppStrategy(Strategy):
 
     @property
     def global_arrays(self) -> Arrays:
-        """The current global arrays: the initial ones after initialisation, then
-        the latest aggregate (empty before the run starts, or when nothing is shared).
-        The DP wrappers set their noised aggregate here: what the clients receive next."""
+        """The current global arrays: the initial ones, then the latest aggregate (empty before the run starts, or
+        when nothing is shared). The DP wrappers set their noised aggregate here: what the clients receive next."""
         return list(self._global)
 
     @global_arrays.setter
@@ -206,8 +207,7 @@ class FedAppStrategy(Strategy):
         return self._round_log[server_round].clients_fit if server_round in self._round_log else 0
 
     def client_name(self, proxy: ClientProxy, metrics: Mapping[str, Scalar] | None = None) -> str:
-        """How log lines and left-out reasons name a client: its node id, and its partition
-        when known (asked, or reported in ``metrics`` with its reply)."""
+        """How logs and metrics name a client: its node id, and its partition when known (asked, or in ``metrics``)."""
         return replies.client_name(proxy, self._sampler.partition_of, metrics)
 
     # ----- checkpoints -------------------------------------------------------
@@ -228,12 +228,13 @@ class FedAppStrategy(Strategy):
 
     def save_checkpoint(self, server_round: int) -> Path | None:
         """Write everything needed to continue after ``server_round``, and the global model (``export-models``)."""
-        path = self.checkpoint_path
-        if path is None:
+        if (path := self.checkpoint_path) is None:
             return None
         state = self.strategy_state()
         export_global_model(self, path.parent, server_round, state)  # models/global.safetensors, if export-models
-        return write_checkpoint(path, server_round, self.config, self._global, state, self._totals, self.history)
+        return write_checkpoint(
+            path, server_round, self.config, self._global, state, self._totals, self.history, self.run_token
+        )
 
     def global_array_names(self) -> list[str]:
         """Names of the global arrays, in order, in ``models/global.safetensors`` (default ``array.<i>``)."""
@@ -257,6 +258,7 @@ class FedAppStrategy(Strategy):
             self.recorder.restore(self.history)
         restore_rng_state(point.rng)
         self.completed_rounds = point.round
+        self.run_token = resume_run(self.config, self.recorder, point, self.run_token)
         log.info("resuming %s after round %d from %s", self.config.resolved_run_name, point.round, path)
         return point.round
 
@@ -278,14 +280,10 @@ class FedAppStrategy(Strategy):
         """Per-round instructions sent with the global arrays."""
         return {"server-round": server_round}
 
-    @functools.cached_property
-    def _agreement(self) -> dict[str, Scalar]:
-        return {CLASS_NAMES_KEY: encode_class_names(self.class_names)}
-
     def agreement_config(self) -> dict[str, Scalar]:
-        """What every instruction carries so that a client checks its data agrees with the
-        server's (its classes, in label order) before it trains or evaluates; encoded once."""
-        return dict(self._agreement)
+        """What every instruction carries so that a client checks, before it trains or evaluates,
+        that its data agrees with the server's (its classes, in label order) and its state is this run's."""
+        return {CLASS_NAMES_KEY: self._encoded_class_names, RUN_TOKEN_KEY: self.run_token}
 
     def skip_round(self, server_round: int, reason: str) -> None:
         """Note that ``server_round`` produced no aggregate (the global state stays), and why."""
@@ -324,6 +322,7 @@ class FedAppStrategy(Strategy):
         clients = self._sampler.sample(server_round, client_manager, self.config.fraction_fit, salt=0)
         fit_ins = FitIns(parameters, {**self.fit_config(server_round), **self.agreement_config()})
         round_log.bytes_down = [payload_bytes(parameters.tensors)] * len(clients)
+        round_log.sampled["fit"] = [self.client_name(client) for client in clients]
         round_log.params_down = [num_params(decode_parameters(parameters.tensors))] * len(clients)
         return [(client, fit_ins) for client in clients]
 
@@ -346,12 +345,12 @@ class FedAppStrategy(Strategy):
         for failure in failures:
             round_log.refuse(server_round, failure_reason(failure, self.client_name, self.config.round_timeout))
         round_log.clients_fit = len(updates)
-        min_clients = self.config.min_clients
-        if len(updates) < min_clients or not to_aggregate:
+        round_log.extra["fit_missing_clients"] = round_log.missing("fit", [self.client_name(p) for p, _ in results])
+        if len(updates) < (min_clients := self.config.min_clients):  # the reason goes into left_out_reasons
+            round_log.skip(server_round, f"{len(updates)} usable updates, fewer than min-clients = {min_clients}")
+        elif not to_aggregate:  # the secure aggregate was unusable (logged)
             round_log.skipped = True
-            if len(updates) < min_clients:  # else the secure aggregate was unusable (logged)
-                note = f"{len(updates)} usable updates, fewer than min-clients = {min_clients}"
-                log.warning("round %d: %s; keeping the previous global state", server_round, note)
+        if round_log.skipped:
             return None, {}
         round_log.add_fit_metrics([(u.metrics, u.num_examples) for u in updates])
         self._global = self.aggregate_updates(server_round, to_aggregate)
@@ -367,6 +366,7 @@ class FedAppStrategy(Strategy):
         ins = EvaluateIns(parameters, {"server-round": server_round, **self.agreement_config()})
         round_log = self._round_log.setdefault(server_round, RoundLog())
         round_log.bytes_eval_down = payload_bytes(parameters.tensors) * len(clients)
+        round_log.sampled["evaluate"] = [self.client_name(client) for client in clients]
         return [(client, ins) for client in clients]
 
     def aggregate_evaluate(
@@ -380,7 +380,8 @@ class FedAppStrategy(Strategy):
             results, held_out, self._sampler.domain_of, self.domain_names, pooled=self.has_global_model
         )
         round_log = self._round_log.pop(server_round, RoundLog())
-        record = close_round(server_round, round_log, self._totals, evaluation, len(failures))
+        evaluated = [self.client_name(proxy) for proxy, _ in results + held_out]
+        record = close_round(server_round, round_log, self._totals, evaluation, len(failures), evaluated)
         self.history.append(record)
         write_round(record, self.recorder, self.config.num_rounds, self.save_checkpoint)
         return evaluation.loss, {"acc_mean": evaluation.stats.mean, "acc_worst": evaluation.stats.worst}

@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--target {args.target} is not an accuracy in [0, 1]")
     try:
         if args.figure:  # before any file is read or written
-            require(MATPLOTLIB, "fedapp-report's figure (--figure \"\" skips it)")
+            require(MATPLOTLIB, 'fedapp-report\'s figure (--figure "" skips it)')
         markdown = write_report(
             expand_run_dirs(args.run_dirs), args.out, Path(args.figure) if args.figure else None, args.target
         )

@@ -307,8 +307,12 @@ def assert_left_out_alone(run: Run, server_round: int, partition: int, fault: st
     warnings = [w for w in run.warnings_of(server_round) if "left out" in w]
     assert len(warnings) == 1 and REASONS[fault] in warnings[0], run.warnings_of(server_round)
     if fault not in ("raise", "disconnect", "timeout"):
-        # A reply that arrived names its client; Flower hands over a failure's exception alone.
-        assert f"(partition {partition})" in reason
+        # A reply that arrived names its client (it answered: it is not missing).
+        assert f"(partition {partition})" in reason and row["fit_missing_clients"] == []
+    else:
+        # Flower hands over a failure's exception alone: the sampled client that never answered is named apart.
+        [missing] = row["fit_missing_clients"]
+        assert missing.endswith(f"(partition {partition})"), row["fit_missing_clients"]
 
 
 @pytest.mark.parametrize(
@@ -330,9 +334,13 @@ def test_fedavg_completes_every_round_and_still_learns(fedavg_run):
         if server_round == last:
             # Evaluations handed to the disconnected client's dead actor fail; they are counted.
             assert row["clients_evaluated"] + row["eval_failures"] == 4
+            # ...and named, and the round's accuracies say they are a subset's.
+            assert len(row["eval_missing_clients"]) == row["eval_failures"]
+            assert row["eval_subset"] == (row["eval_failures"] > 0)
             continue
         # A faulty fit does not keep a client from evaluating.
         assert row["clients_evaluated"] == 4 and row["eval_failures"] == 0
+        assert row["eval_subset"] is False and row["eval_missing_clients"] == []
         assert 0.0 <= row["global_acc"] <= 1.0 and 0.0 <= row["acc_mean"] <= 1.0
     healthy = rows[HEALTHY_ROUND]
     assert healthy["clients_fit"] == 4 and healthy["clients_failed"] == 0 and healthy["left_out_reasons"] == []
@@ -345,7 +353,9 @@ def test_fedavg_skips_a_round_with_too_few_usable_updates(fedavg_run):
     row = run.rows[skipped]
     assert row["clients_fit"] == 1 and row["clients_failed"] == 3
     assert math.isnan(row["train_loss"])  # nothing was aggregated
-    assert len(row["left_out_reasons"]) == 3
+    # The three left out, then why the round kept the previous global state.
+    assert len(row["left_out_reasons"]) == 4
+    assert row["left_out_reasons"][-1] == "1 usable updates, fewer than min-clients = 2"
     reasons = " | ".join(row["left_out_reasons"])
     for fault in FEDAVG_FAULTS[skipped].values():
         assert REASONS[fault] in reasons

@@ -50,7 +50,7 @@ def simulate(tmp_path, name: str, stop_after: int | None = None, **overrides) ->
     simulation.simulate(
         ServerApp(server_fn=server_fn), make_client_app(overrides), num_supernodes=4, backend_config=BACKEND
     )
-    return read_metrics(tmp_path / name / "run" / "metrics.jsonl")
+    return read_metrics(tmp_path / name / overrides["run-name"] / "metrics.jsonl")
 
 
 def without_timings(rows: list[dict]) -> list[dict]:
@@ -114,3 +114,26 @@ def test_resume_with_other_settings_stops_before_any_round(tmp_path):
         server_components(resolve_run_config({**overrides, "method": "standalone"}))
     # Nothing was lost: the stopped run's metrics are untouched.
     assert (tmp_path / "run" / "run" / "metrics.jsonl").read_text() == before
+
+
+def test_personal_state_is_its_runs_a_rerun_starts_afresh_and_continuing_an_earlier_run_is_explicit(tmp_path):
+    """The nodes' state-dir outlives runs: a new run under the same name (here with another
+    results folder) must not train on from the personal models the earlier run left."""
+    nodes = tmp_path / "node-state"
+    standalone = {"method": "standalone", "model": "cnn-5", "num-rounds": 1, "state": "disk", "state-dir": str(nodes)}
+    first = simulate(tmp_path, "first", **standalone)
+    rerun = simulate(tmp_path, "rerun", **standalone)
+    assert without_timings(rerun) == without_timings(first)  # afresh, exactly as the first run began
+    first_summary = json.loads((tmp_path / "first" / "run" / "summary.json").read_text())
+    assert first_summary["global_state_from"] == "initialisation (seed 0)"
+    assert first_summary["personal_state_from"] == "this run's own"
+    aside = sorted(path.name for path in (nodes / "run").iterdir() if ".run-" in path.name)
+    # Nothing lost: every client's state from the first run is kept beside the folder, named by its token.
+    assert aside == [f"partition-{i}.run-{first_summary['run_token']}" for i in range(4)]
+
+    continued = simulate(tmp_path, "continued", **standalone, **{"run-name": "next", "personal-state-from": "run"})
+    assert continued[0]["acc_mean"] > first[0]["acc_mean"]  # round 1 trains on from the first run's round
+    summary = json.loads((tmp_path / "continued" / "next" / "summary.json").read_text())
+    assert summary["personal_state_from"] == "run 'run', copied on each node"
+    record = json.loads((nodes / "next" / "partition-0" / "run.json").read_text())
+    assert record == {"run-token": summary["run_token"], "continued-from": "run"}

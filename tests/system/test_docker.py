@@ -668,7 +668,7 @@ def test_scripts_are_found():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_script_passes_shellcheck(script):
     assert os.access(script, os.X_OK), f"{script.name} is not executable"
-    done = run([dev_tool("shellcheck"), script])
+    done = run([dev_tool("shellcheck"), "-x", script])  # -x: the sourced credentials-folder.sh too
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -893,3 +893,31 @@ def test_docs_say_which_methods_the_lean_image_runs_and_which_need_an_extra():
             assert all(any(f"EXTRAS={extra}" in p for p in named) for extra in needs), f"{method} needs {needs}"
         else:
             assert any("EXTRAS=" not in p for p in named), f"{method} runs on the lean image"
+
+
+@needs_ssh_keygen
+@pytest.mark.parametrize("script", [MAKE_CERTS, MAKE_NODE_KEYS], ids=lambda p: p.name)
+def test_credentials_are_refused_in_a_folder_git_would_commit_and_accepted_where_it_ignores(tmp_path, script):
+    project = tmp_path / "project"
+    project.mkdir()
+    assert run(["git", "init", "-q", project]).returncode == 0
+    (project / ".gitignore").write_text("credentials/\n")
+    args = ["DNS:link.example.org"] if script == MAKE_CERTS else ["node-0"]
+    done = run([script, "creds", *args], cwd=project)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"inside the git work tree {project}" in done.stderr and "git does not ignore it" in done.stderr
+    assert not (project / "creds").exists()  # nothing written, not even the folder
+    assert run([script, "credentials/out", *args], cwd=project).returncode == 0
+    assert run([script, tmp_path / "outside", *args], cwd=project).returncode == 0
+
+
+@needs_ssh_keygen
+def test_the_ca_key_and_node_keys_are_never_written_into_one_folder(tmp_path):
+    assert run([MAKE_CERTS, tmp_path / "certs"]).returncode == 0
+    done = run([MAKE_NODE_KEYS, tmp_path / "certs", "node-0"])
+    assert done.returncode == 2 and "holds the CA's private key (ca.key)" in done.stderr
+    assert not (tmp_path / "certs" / "node-0").exists()
+    assert run([MAKE_NODE_KEYS, tmp_path / "keys", "node-0"]).returncode == 0
+    done = run([MAKE_CERTS, tmp_path / "keys"])
+    assert done.returncode == 2 and "holds node keys" in done.stderr
+    assert not (tmp_path / "keys" / "ca.key").exists()

@@ -229,8 +229,8 @@ def test_personal_state_on_disk_survives_a_supernode_restart(lean):
     for node in range(2):  # both devices reboot: the processes stop and start again
         lean.processes.stop(f"supernode-{node}")
         lean.start_node(node)
-    second_results = lean.root / "results-after-restart"
-    config = f'{RESTART_RUN} {lean.common} results-dir="{second_results}"'
+    # The run resumes for a second round: its clients' state is this run's, so they train on from it.
+    config = f'{RESTART_RUN.replace("num-rounds=1", "num-rounds=2")} resume=true {lean.common} results-dir="{results}"'
     done = run_app("lean", config, lean.env, timeout=600)
-    second = run_metrics(second_results, "restart", done, lean.processes)
-    assert [r["fit_personal_rounds"] for r in second] == [2.0]  # trained on from the saved model
+    second = run_metrics(results, "restart", done, lean.processes)
+    assert [r["fit_personal_rounds"] for r in second] == [1.0, 2.0]  # round 2 trained on from the saved model

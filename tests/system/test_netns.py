@@ -8,11 +8,16 @@ restarted only after all of them have ended.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import time
 
 import pytest
 
+from fedapp.metrics import read_metrics
+from tests.paths import ROOT
 from tests.system.federation import BIN, flower_env, flwr, run_metrics, wait_for
 from tests.system.netns import LINK_ADDRESS, SUBNET, node_config
 
@@ -82,6 +87,8 @@ def test_cli_without_ca_certificate_cannot_connect(netns):
     listed = flwr(["supernode", "list"], env, netns.net.on("operator"), timeout=60)
     assert listed.returncode != 0
     assert "online" not in listed.stdout
+    # What docs/deployment.md tells the operator to expect (not the TLS error's name).
+    assert "Connection to the SuperLink is unavailable" in listed.stdout + listed.stderr, listed.stdout
 
 
 @pytest.mark.parametrize("method", CASES)
@@ -97,9 +104,82 @@ def test_two_rounds_across_hosts(netns, runs, method):
             assert sorted(p.name for p in saved.glob("*.npz")), f"no personal state in {saved}"
 
 
+def test_a_run_is_stopped_and_resumed_and_a_key_retired_as_the_docs_say(netns, runs):
+    """docs/deployment.md's "Stopping": ``flwr stop`` ends a run after its first round with its
+    results and checkpoint kept, ``resume=true`` finishes it, and ``flwr supernode unregister``
+    retires a key: a node that presents it is refused from then on."""
+    results = netns.root / "results-stop"
+    config = f'method="fedavg" num-partitions=2 num-rounds=40 run-name="stopped" results-dir="{results}"'
+    submitted = netns.cli("run", str(ROOT), "fed", "--run-config", config)  # no --stream: returns the run id
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    run_id = re.search(r"Successfully started run (\d+)", submitted.stdout).group(1)
+    metrics = results / "stopped" / "metrics.jsonl"
+    wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") >= 1, "the run's first round", 300, 1.0)
+    stopped = netns.cli("stop", run_id)
+    assert stopped.returncode == 0 and f"Run {run_id} successfully stopped" in stopped.stdout, stopped.stdout
+    listed = netns.cli("ls", "--run-id", run_id, "--format", "json")
+    assert '"finished:stopped"' in listed.stdout, listed.stdout
+    done_rounds = len(read_metrics(metrics))
+    assert 1 <= done_rounds < 40 and (results / "stopped" / "checkpoint.npz").is_file()
+
+    resumed = config.replace("num-rounds=40", f"num-rounds={done_rounds + 1}") + " resume=true"
+    rows = run_metrics(results, "stopped", netns.run(resumed), netns.processes)
+    assert [row["round"] for row in rows] == list(range(1, done_rounds + 2))
+
+    [spare] = [node for node in netns.nodes() if node["status"] == "registered"]
+    retired = netns.cli("supernode", "unregister", str(spare["node-id"]))
+    assert retired.returncode == 0, retired.stdout + retired.stderr
+    assert all(node["node-id"] != spare["node-id"] or node["status"] == "unregistered" for node in netns.nodes())
+    process = netns.start_supernode(
+        "retired", "node-1", "spare", node_config(netns, 1), "--root-certificates",
+        str(netns.certs / "ca.crt"), "--max-retries", "1", port=9097,
+    )  # fmt: skip
+    assert wait_exit(process) != 0
+    assert "Failed to activate SuperNode" in netns.processes.log("retired")
+
+
+def _rejoined(netns, since_kill: float) -> bool:
+    """Both nodes online, one of them activated after the kill (the dead one stays listed as
+    online, with its old activation time, until its heartbeat lapses)."""
+    online = [node for node in netns.nodes() if node["status"] == "online"]
+    return len(online) == 2 and any(float(node["online-elapsed"]) < since_kill for node in online)
+
+
+def test_a_hard_killed_supernode_rejoins_and_the_next_round_aggregates_both_nodes(netns, runs):
+    """Power loss on a device: its SuperNode is killed (SIGKILL, no goodbye) and started again
+    as docs/edge.md's systemd unit does (refused and restarted until the SuperLink lets it in).
+    The SuperLink counts the dead node online until its heartbeat lapses, so the time to rejoin
+    is Flower's (about two 30 s heartbeat intervals); then a round with min-clients = 2 uses both."""
+    for name in ("node-0", "node-1"):  # nothing of this module's may be in flight on the nodes
+        assert name in netns.processes.started
+    netns.queue.drain()
+    killed = netns.processes.started.pop("node-1")
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=10)
+    started, attempts = time.monotonic(), 0
+    restart = ("--root-certificates", str(netns.certs / "ca.crt"), "--max-retries", "1")
+    process = None
+    while time.monotonic() - started < 240 and not _rejoined(netns, time.monotonic() - started):
+        if process is None or process.poll() is not None:  # refused, it exited: the unit starts it again
+            if process is not None:
+                assert "Failed to activate SuperNode" in netns.processes.log("node-1"), netns.processes.log("node-1")
+                time.sleep(5)  # RestartSec
+            attempts += 1
+            process = netns.start_supernode("node-1", "node-1", "node-1", node_config(netns, 1), *restart)
+        time.sleep(1)
+    rejoined = time.monotonic() - started
+    assert _rejoined(netns, rejoined), f"node-1 did not rejoin within {rejoined:.0f}s ({attempts} starts)"
+    print(f"hard-killed SuperNode rejoined after {rejoined:.0f}s ({attempts} starts)")
+    results = netns.root / "results-rejoin"
+    config = f'method="fedavg" num-partitions=2 num-rounds=1 min-clients=2 run-name="rejoin" results-dir="{results}"'
+    [row] = run_metrics(results, "rejoin", netns.run(config), netns.processes)
+    assert row["clients_fit"] == 2 and not row["round_skipped"] and row["fit_missing_clients"] == []
+
+
 def test_supernode_survives_superlink_restart(netns, runs):
-    """The SuperLink goes down between two runs; the same SuperNode processes reconnect
-    and the second run continues each client's personal model from its state-dir."""
+    """The SuperLink goes down after a run's first round; the same SuperNode processes
+    reconnect and the resumed run's second round continues each client's personal model
+    from its state-dir (the same run: its token is in the checkpoint)."""
     results = netns.root / "results-restart"
     nodes = {name: netns.processes.started[name] for name in ("node-0", "node-1")}
     first = run_metrics(results / "a", "restart", runs["restart-a"].result(), netns.processes)
@@ -118,6 +198,7 @@ def test_supernode_survives_superlink_restart(netns, runs):
     )
     assert all(process.poll() is None for process in nodes.values()), "a SuperNode process exited"
 
-    second = run_metrics(results / "b", "restart", netns.run(RESTART.format(results / "b")), netns.processes)
-    assert [r["fit_personal_rounds"] for r in second] == [2.0]  # trained on from round 1, not from scratch
+    resumed = RESTART.replace("num-rounds=1", "num-rounds=2").format(results / "a") + " resume=true"
+    second = run_metrics(results / "a", "restart", netns.run(resumed), netns.processes)
+    assert [r["fit_personal_rounds"] for r in second] == [1.0, 2.0]  # round 2 trained on from round 1
     assert all(process.poll() is None for process in nodes.values())

@@ -140,8 +140,10 @@ def test_closing_rounds_adds_up_the_totals():
         train_flops=7,
         left_out=["client x: late"],
         extra={"generator_loss": 0.25},
+        sampled={"evaluate": ["client 7 (partition 0)", "client 8 (partition 1)", "client 9 (partition 2)"]},
     )
-    record = close_round(1, first, totals, evaluation, eval_failures=1)
+    answered = ["client 7 (partition 0)", "client 8 (partition 1)"]
+    record = close_round(1, first, totals, evaluation, eval_failures=1, evaluated=answered)
     assert (record.round, record.clients_fit, record.train_loss) == (1, 2, 1.5)
     assert (record.acc_mean, record.acc_worst, record.clients_evaluated) == (pytest.approx(0.6), 0.5, 2)
     assert record.bytes_up_per_client == 2 * MB and record.bytes_down_per_client == MB
@@ -150,6 +152,8 @@ def test_closing_rounds_adds_up_the_totals():
     assert record.round_seconds >= 0.5
     assert record.extra == {
         "eval_failures": 1,
+        "eval_subset": True,  # one of the three asked never answered: the accuracies are a subset's
+        "eval_missing_clients": ["client 9 (partition 2)"],
         "left_out_reasons": ["client x: late"],
         "round_skipped": False,
         "bytes_eval_down_round": 2 * MB,
@@ -158,6 +162,7 @@ def test_closing_rounds_adds_up_the_totals():
     }
     second = close_round(2, a_round(skipped=True, bytes_down=[MB], params_down=[5]), totals, evaluation, 0)
     assert second.bytes_up_per_client == 0.0 and second.extra["round_skipped"]
+    assert second.extra["eval_missing_clients"] == [] and not second.extra["eval_subset"]
     assert (second.mb_cumulative, second.params_cumulative, second.train_flops_cumulative) == (7.0, 45, 7)
     assert totals == RunTotals(mb_cumulative=7.0, mb_eval_cumulative=2.0, params_cumulative=45, flops_cumulative=7)
 

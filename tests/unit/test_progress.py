@@ -127,3 +127,12 @@ def test_write_round_logs_the_round_line_with_its_eta(caplog):
         write_round(a_record(1), None, 3, lambda server_round: None)
     (line,) = caplog.messages  # no recorder: no folder to name, nothing else logged
     assert parse_round_line(line) is not None and " | ETA " in line
+
+
+def test_a_round_evaluated_over_fewer_clients_than_it_asked_says_whose_accuracy_is_missing():
+    record = a_record(2)
+    record.clients_evaluated = 1
+    record.extra["eval_missing_clients"] = ["client 9 (partition 1)"]
+    line = timed_progress_line(record, 4, elapsed=4, remaining=4)
+    assert "acc mean 0.712 worst 0.501 (of 1 clients: client 9 (partition 1) missing) | loss" in line
+    assert parse_round_line(line) == RoundProgress(2, 4, 0.712, "4s")

@@ -65,3 +65,53 @@ def test_a_scalar_buffer_stored_as_a_one_element_array_loads_back():
     stored = {k: (v.reshape(1) if v.ndim == 0 else v) for k, v in state_to_named_arrays(model).items()}
     assert any(k.endswith("num_batches_tracked") for k in stored)
     named_arrays_to_state(build_model("vgg-2", 10), stored)
+
+
+def test_a_disk_store_loads_only_its_own_runs_state_and_sets_another_runs_aside_whole(tmp_path):
+    first = DiskStateStore(tmp_path, "run", 0)
+    first.join_run("token-a")
+    first.save("model", _arrays(2))
+    again = DiskStateStore(tmp_path, "run", 0)  # the same run: a later round, or a resume
+    again.join_run("token-a")
+    np.testing.assert_array_equal(again.load("model")["w"], _arrays(2)["w"])
+
+    rerun = DiskStateStore(tmp_path, "run", 0)  # a new run under the same name
+    rerun.join_run("token-b")
+    assert rerun.load("model") is None
+    assert rerun.owner() == {"run-token": "token-b"}
+    aside = tmp_path / "run" / "partition-0.run-token-a"
+    np.testing.assert_array_equal(np.load(aside / "model.npz")["w"], _arrays(2)["w"])  # nothing lost
+
+
+def test_state_of_no_recorded_run_is_set_aside_and_repeated_names_do_not_collide(tmp_path):
+    for _ in range(2):
+        DiskStateStore(tmp_path, "run", 1).save("model", _arrays(1))  # written without a run (older versions)
+        DiskStateStore(tmp_path, "run", 1).join_run("token")
+        (tmp_path / "run" / "partition-1" / "run.json").unlink()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "partition-1",
+        "partition-1.run-unknown",
+        "partition-1.run-unknown-1",
+    ]
+
+
+def test_a_new_run_continues_an_earlier_runs_personal_state_only_when_asked_and_copies_it(tmp_path):
+    earlier = DiskStateStore(tmp_path, "first", 0)
+    earlier.join_run("token-a")
+    earlier.save("model", _arrays(3))
+    plain = DiskStateStore(tmp_path, "second", 0)
+    plain.join_run("token-b")
+    assert plain.load("model") is None
+
+    continued = DiskStateStore(tmp_path, "third", 0)
+    continued.join_run("token-c", continue_from="first")
+    np.testing.assert_array_equal(continued.load("model")["w"], _arrays(3)["w"])
+    assert continued.owner() == {"run-token": "token-c", "continued-from": "first"}
+    assert earlier.owner() == {"run-token": "token-a"} and earlier.load("model") is not None  # copied, not moved
+
+
+def test_a_server_that_sends_no_token_checks_nothing(tmp_path):
+    DiskStateStore(tmp_path, "run", 0).save("model", _arrays(1))
+    store = DiskStateStore(tmp_path, "run", 0)
+    store.join_run(None)
+    assert store.load("model") is not None and store.owner() is None
