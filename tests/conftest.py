@@ -8,6 +8,7 @@ The suite has three tiers, one folder each (``tests/unit``, ``tests/integration`
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{', tests/'.join(TIERS)}")
         item.add_marker(getattr(pytest.mark, tier))
         item.add_marker(pytest.mark.xdist_group(xdist_group(item, "/".join(parts))))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a pytest-xdist worker whose groups did not take: tests that share a federation or
+    Flower's fixed port would then run side by side and fail in ways that hide the cause."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
+    if ungrouped:
+        why = (
+            f"pytest-xdist did not group {ungrouped[0]} (and {len(ungrouped) - 1} more): this pytest keeps "
+            "node ids where pytest-xdist cannot mark the group; install the pytest that pyproject.toml pins"
+        )
+        print(why, file=sys.stderr)  # a worker's exception reaches the terminal only as xdist's own assertion
+        raise pytest.UsageError(why)
 
 
 @pytest.fixture(scope="session", autouse=True)
