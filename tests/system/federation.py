@@ -12,6 +12,7 @@ the federation's idle time instead of each paying it in turn.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -123,6 +124,11 @@ def run_metrics(results: Path, run_name: str, done: subprocess.CompletedProcess,
     return read_metrics(metrics)
 
 
+# Runs one federation keeps in flight: fewer when another pytest-xdist worker shares the CPUs, since
+# an overloaded SuperExec starts ServerApp processes faster than they come up.
+IN_FLIGHT = 2 if os.environ.get("PYTEST_XDIST_WORKER") else 4
+
+
 class RunQueue:
     """``flwr run`` commands submitted to one federation side by side, at most ``in_flight`` at a time.
 
@@ -131,7 +137,7 @@ class RunQueue:
     put every run it checks in flight before its first test looks at one.
     """
 
-    def __init__(self, run: Callable[[str], subprocess.CompletedProcess], in_flight: int = 4) -> None:
+    def __init__(self, run: Callable[[str], subprocess.CompletedProcess], in_flight: int = IN_FLIGHT) -> None:
         self._run = run
         self._pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="flwr-run")
         self.submitted: list[Future] = []

@@ -111,7 +111,7 @@ class LeanFederation:
         self.processes = Processes(root / "logs", self.env)
         # The two nodes work through every run's messages one at a time (a ClientApp process each),
         # so a run's wall time is mostly its wait behind the others': generous timeouts.
-        self.queue = RunQueue(lambda config: run_app("lean", config, self.env, timeout=1200), in_flight=4)
+        self.queue = RunQueue(lambda config: run_app("lean", config, self.env, timeout=1200))
         self.link_port = free_port()
 
     def start(self) -> None:
