@@ -238,7 +238,7 @@ def _check_run_name(config: RunConfig) -> None:
         if name and (bad or name in (".", "..") or name != name.strip() or Path(name).is_absolute()):
             raise ConfigError(
                 f"config key {key!r} = {name!r} must be a single folder name (no '/', '\\', '..' or surrounding "
-                "spaces): runs are written to results-dir/<run-name> and state-dir/<run-name>"
+                "spaces): runs are written to results-dir/<run-name>"
             )
     earlier = config.personal_state_from
     if earlier and config.state != "disk":
