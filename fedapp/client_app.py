@@ -18,7 +18,7 @@ import functools
 import logging
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,42 @@ class AgreementCheckedClient(NumPyClient):
         return self.client.evaluate(parameters, config)
 
 
+class NodeClient(NumPyClient):
+    """A node's client, built when an instruction first needs it.
+
+    The server's partition query (``get_properties``) is answered from the node config
+    alone: asking every node which partition it holds, before sampling, then costs no data
+    loading and no model, so a simulation's first round does not grow with the clients
+    that are never sampled.
+    """
+
+    def __init__(self, partition_id: int, build: Callable[[], AgreementCheckedClient]) -> None:
+        self.partition_id = partition_id
+        self._build = build
+
+    @functools.cached_property
+    def client(self) -> AgreementCheckedClient:
+        """The method's client over this node's data and state (built on first use)."""
+        return self._build()
+
+    @property
+    def data(self) -> ClientData:
+        return self.client.data
+
+    def get_properties(self, config):
+        """This node's partition, as every method's client reports it (``clients.base``)."""
+        return {"partition-id": self.partition_id}
+
+    def get_parameters(self, config):
+        return self.client.get_parameters(config)
+
+    def fit(self, parameters, config):
+        return self.client.fit(parameters, config)
+
+    def evaluate(self, parameters, config):
+        return self.client.evaluate(parameters, config)
+
+
 FAULT_RATE_ENV = "FEDAPP_FAULT_RATE"
 """Chaos testing: the share of training and evaluation messages this node's ClientApp fails."""
 
@@ -201,7 +237,7 @@ def make_numpy_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_u
     (another project's, when our ClientApp runs inside it) instead of refusing them.
     """
 
-    def numpy_client_fn(context: Context) -> NumPyClient:
+    def numpy_client_fn(context: Context) -> NodeClient:
         values = {**context.run_config, **(overrides or {})}
         local_dir = str(context.node_config.get("data-dir", ""))
         config = (
@@ -210,10 +246,14 @@ def make_numpy_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_u
         config = node_view(config, context.node_config, on_supernode())
         partition_id, num_partitions = node_partition(context.node_config, config)
         check_client_extras(config, own_data_dir=bool(local_dir))  # before the data and the model
-        data = load_client_data(config, partition_id, num_partitions, local_dir)
-        store = make_store(context, config, partition_id)
-        client = client_class(config.method)(config, data, store, select_device(config.device))
-        return AgreementCheckedClient(client, data, store, config.personal_state_from)
+
+        def build() -> AgreementCheckedClient:
+            data = load_client_data(config, partition_id, num_partitions, local_dir)
+            store = make_store(context, config, partition_id)
+            client = client_class(config.method)(config, data, store, select_device(config.device))
+            return AgreementCheckedClient(client, data, store, config.personal_state_from)
+
+        return NodeClient(partition_id, build)
 
     return numpy_client_fn
 

@@ -124,6 +124,7 @@ def simulated(tmp_path, api: str, **overrides):
         "num-partitions": 3,
         "num-rounds": 2,
         "batch-size": 32,
+        "shots-per-class": 4,
         "api": api,
         **overrides,
     }

@@ -1,4 +1,7 @@
-"""End-to-end simulations of FedAvg and Standalone on digits (Ray backend, in-process)."""
+"""End-to-end simulations on digits (Ray backend, in-process): what each run records and sends.
+
+A few images per class and client (``shots-per-class``): what is checked is what travels and
+is recorded, not how well the models learn (``test_presets_learn.py``)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ def simulate(tmp_path, **overrides):
         "num-partitions": 4,
         "num-rounds": 2,
         "batch-size": 32,
+        "shots-per-class": 5,
         **overrides,
     }
     simulation.simulate(
@@ -125,9 +129,7 @@ def test_visual_prompt_baselines_in_simulation(tmp_path, method):
 
 @pytest.mark.parametrize("method", ["fedd2p", "fedd2p-agg", "fedd2p-gt"])
 def test_fedd2p_and_baselines_exchange_only_per_class_knowledge(tmp_path, method):
-    run_dir = simulate(
-        tmp_path, method=method, **{"client-models": "vgg-2,vgg-3,vgg-4", "d2p-steps": 5, "shots-per-class": 10}
-    )
+    run_dir = simulate(tmp_path, method=method, **{"client-models": "vgg-2,vgg-3,vgg-4", "d2p-steps": 5})
     rows = read_metrics(run_dir / "metrics.jsonl")
     per_class = 10 * 10 + 10  # knowledge (classes x classes) and a class mask or counts
     for row in rows:

@@ -37,13 +37,25 @@ CASES = {
 }
 
 
+# The baselines' clients run one round: what a second round adds over real processes (the
+# aggregate sent back, a node's state kept between messages) is the same code for every client,
+# checked here by FedAvg and the four families' methods.
+ONE_ROUND = ("coop-local", "promptfl", "head-fedavg", "local-vpt", "fedvpt")
+
+
+def rounds_of(method: str) -> int:
+    return 1 if method in ONE_ROUND else 2
+
+
 @pytest.fixture(scope="module")
 def runs(loopback):
-    """Every method's two-round run, in flight at once on the loopback federation."""
+    """Every method's run, in flight at once on the loopback federation."""
     results = loopback.root / "results"
-    common = f'num-rounds=2 num-partitions=2 seed=5 results-dir="{results}"'
+    common = f'num-partitions=2 seed=5 results-dir="{results}"'
     return {
-        method: loopback.submit(f'method="{method}" api="message" {common} {extra} run-name="{method}"')
+        method: loopback.submit(
+            f'method="{method}" api="message" num-rounds={rounds_of(method)} {common} {extra} run-name="{method}"'
+        )
         for method, extra in CASES.items()
     }
 
@@ -58,9 +70,9 @@ def submitted_paths_run(loopback):
 
 
 @pytest.mark.parametrize("method", CASES)
-def test_two_rounds_over_loopback(loopback, runs, method):
+def test_a_run_over_loopback(loopback, runs, method):
     rows = run_metrics(loopback.root / "results", method, runs[method].result(), loopback.processes)
-    assert [r["round"] for r in rows] == [1, 2]
+    assert [r["round"] for r in rows] == list(range(1, rounds_of(method) + 1))
     if method == "pep-fedpt":
         assert all(r["clients_fit"] == 1 and r["clients_evaluated"] == 1 and r["held_out_clients"] == 1 for r in rows)
         return

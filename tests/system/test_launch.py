@@ -123,10 +123,8 @@ def test_the_launchers_log_in_a_pipe_is_plain_with_one_eta_line_per_round(tmp_pa
     no escape codes, one round line per round with its ETA, the run's done line naming the results
     folder, and none of the lines that are false for a launched run or that repeat the metrics."""
     results = tmp_path / "results"
-    proc = launch(
-        "--num-clients", "2", "--run-config", f'num-rounds=2 num-partitions=2 model="cnn-5" results-dir="{results}"',
-        cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+    run_config = f'num-rounds=2 num-partitions=2 model="cnn-5" shots-per-class=10 results-dir="{results}"'
+    proc = launch("--num-clients", "2", "--run-config", run_config, cwd=tmp_path, timeout=300)
     seen = proc.stdout + proc.stderr
     assert proc.returncode == 0, seen[-3000:]
     assert "\x1b" not in seen
@@ -301,7 +299,7 @@ def test_a_tampered_checkpoint_is_refused_in_one_line_and_the_run_folder_kept(tm
     """A finished run's checkpoint gets a NaN; resuming it through the launcher is refused by the
     ServerApp with one line, and the folder stays byte for byte as it was."""
     results, folder = tmp_path / "results", tmp_path / "results" / "tampered"
-    base = f'results-dir="{results}" run-name="tampered" num-partitions=2 model="cnn-5"'
+    base = f'results-dir="{results}" run-name="tampered" num-partitions=2 model="cnn-5" shots-per-class=10'
     first = launch("--run-config", f"{base} num-rounds=1", cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     with np.load(folder / "checkpoint.npz", allow_pickle=False) as data:

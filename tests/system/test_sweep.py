@@ -51,7 +51,7 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     finally:
         sweep.kill()
         stop_processes(superlink_pids(tmp))
-    assert json.loads((results / second / "summary.json").read_text())["rounds"] < 6
+    assert json.loads((results / second / "summary.json").read_text())["rounds"] < 4
     finished_before = (results / first / "summary.json").stat().st_mtime_ns
 
     again = subprocess.run(command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -59,7 +59,7 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     assert f"{first}: finished before, skipped" in again.stdout
     assert f"{second}: resuming from its checkpoint" in again.stdout, again.stdout
     assert (results / first / "summary.json").stat().st_mtime_ns == finished_before
-    assert [row["round"] for row in read_metrics(results / second / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert [row["round"] for row in read_metrics(results / second / "metrics.jsonl")] == [1, 2, 3, 4]
     report = (results / "report.md").read_text()
     assert "## Mean ± std over seeds" in report and report.count("| 2 (0, 1) |") == 2
     assert superlink_pids(tmp) == []

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.client import NumPyClient
-from flwr.common import FitIns, ndarrays_to_parameters
+from flwr.common import Context, FitIns, GetPropertiesIns, ndarrays_to_parameters
+from flwr.common.constant import MessageTypeLegacy
 from flwr.compat.common import recorddict_compat as compat
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
+from fedapp import client_app
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.flower.message_api import MessageStrategy, answer, is_message_api, joined_metrics, split_metrics
@@ -82,3 +84,24 @@ def test_dp_client_clipping_clips_a_message_api_update():
     (update,) = reply.content.array_records["arrays"].to_numpy_ndarrays()
     assert math.isclose(float(np.linalg.norm(update - sent[0])), 0.5, rel_tol=1e-5)
     assert reply.content.metric_records["metrics"]["num-examples"] == 5
+
+
+@pytest.mark.parametrize("api", ["legacy", "message"])
+def test_a_partition_query_is_answered_without_loading_data_or_building_a_model(monkeypatch, api):
+    """The sampler asks every node its partition before each round's draw (issue: a start that does not
+    grow with N); the answer comes from the node config. A training message still builds the client."""
+    built = []
+    monkeypatch.setattr(client_app, "load_client_data", lambda *args: built.append(args) or 1 / 0)
+    app = client_app.make_client_app({"method": "fedavg", "model": "cnn-1", "num-partitions": 4})
+    context = Context(run_id=1, node_id=7, node_config={"partition-id": 3}, state=RecordDict(), run_config={})
+    if api == "legacy":
+        content = compat.getpropertiesins_to_recorddict(GetPropertiesIns(config={}))
+        query = Message(content, dst_node_id=7, message_type=MessageTypeLegacy.GET_PROPERTIES)
+        properties = compat.recorddict_to_getpropertiesres(app(query, context).content).properties
+    else:
+        query = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=7, message_type=MessageType.QUERY)
+        properties = dict(app(query, context).content["properties"])
+    assert properties == {"partition-id": 3} and built == []
+    with pytest.raises(ZeroDivisionError):
+        client_app.make_numpy_client_fn({"method": "fedavg"})(context).fit([], {})
+    assert len(built) == 1
