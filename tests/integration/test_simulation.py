@@ -1,4 +1,5 @@
-"""End-to-end simulations on digits (Ray backend, in-process): what each run records and sends.
+"""End-to-end runs on digits (Ray simulations in this process; the baselines driven in process):
+what each run records and sends.
 
 A few images per class and client (``shots-per-class``): what is checked is what travels and
 is recorded, not how well the models learn (``test_presets_learn.py``)."""
@@ -10,6 +11,7 @@ import json
 import pytest
 
 from fedapp.client_app import make_client_app
+from fedapp.inprocess import run_in_process
 from fedapp.metrics import read_metrics
 from fedapp.server_app import make_server_app
 from tests import simulation
@@ -115,25 +117,30 @@ def test_pep_fedpt_with_held_out_clients_in_simulation(tmp_path):
     assert summary["final_held_out_acc_mean"] == rows[-1]["held_out_acc_mean"]
 
 
+def in_process(method: str, **overrides) -> list:
+    """A baseline's rounds, driven in this process: what its clients exchange is the method's, not
+    the engine's (every method also runs in Ray on the Message API: ``test_message_api_runs.py``)."""
+    values = {"method": method, "num-partitions": 4, "num-rounds": 2, "batch-size": 32, "shots-per-class": 5}
+    return run_in_process({**values, **overrides}).history
+
+
 @pytest.mark.parametrize("method", ["head-fedavg", "local-vpt", "fedvpt", "fedvpt-d"])
-def test_visual_prompt_baselines_in_simulation(tmp_path, method):
-    run_dir = simulate(tmp_path, method=method, **{"clip-model": "fedapp-tiny-vit", "prompt-length": 2})
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    assert all(r["clients_fit"] == 4 and r["clients_failed"] == 0 for r in rows)
-    assert all(0.0 <= r["acc_mean"] <= 1.0 for r in rows)
+def test_visual_prompt_baselines_exchange_what_they_train(method):
+    rows = in_process(method, **{"clip-model": "fedapp-tiny-vit", "prompt-length": 2})
+    assert all(r.clients_fit == 4 and r.clients_failed == 0 for r in rows)
+    assert all(0.0 <= r.acc_mean <= 1.0 for r in rows)
     if method == "local-vpt":
-        assert rows[-1]["params_round_total"] == 0
+        assert rows[-1].params_round_total == 0
     else:
-        assert rows[-1]["params_round_total"] > 0
+        assert rows[-1].params_round_total > 0
 
 
 @pytest.mark.parametrize("method", ["fedd2p", "fedd2p-agg", "fedd2p-gt"])
-def test_fedd2p_and_baselines_exchange_only_per_class_knowledge(tmp_path, method):
-    run_dir = simulate(tmp_path, method=method, **{"client-models": "vgg-2,vgg-3,vgg-4", "d2p-steps": 5})
-    rows = read_metrics(run_dir / "metrics.jsonl")
+def test_fedd2p_and_baselines_exchange_only_per_class_knowledge(method):
+    rows = in_process(method, **{"client-models": "vgg-2,vgg-3,vgg-4", "d2p-steps": 5})
     per_class = 10 * 10 + 10  # knowledge (classes x classes) and a class mask or counts
     for row in rows:
-        assert row["clients_fit"] == 4 and row["clients_failed"] == 0
-        assert row["params_round_total"] == 4 * 2 * per_class
-        assert row["bytes_down_per_client"] < 4 * per_class + 300  # float32 arrays plus .npy headers
-        assert (row.get("generator_loss") is None) == (method == "fedd2p-agg")
+        assert row.clients_fit == 4 and row.clients_failed == 0
+        assert row.params_round_total == 4 * 2 * per_class
+        assert row.bytes_down_per_client < 4 * per_class + 300  # float32 arrays plus .npy headers
+        assert (row.extra.get("generator_loss") is None) == (method == "fedd2p-agg")
