@@ -145,12 +145,12 @@ def _answer_requests(replies, client_fn, stages: dict[str, int]) -> None:
             _send(replies, "ok")
         elif request[0] in ("fit", "evaluate"):
             numpy_client = client_fn(contexts[request[2]])  # built for every message, as the ClientApp does
+            images = len(numpy_client.data.splits["train"])  # the node's data and client, built here
             stages.setdefault("data and client", _peak_rss_bytes())
             client = numpy_client.to_client()
             begun = time.perf_counter()
             res = getattr(client, request[0])(request[1])
             stages[request[0]] = _peak_rss_bytes()
-            images = len(numpy_client.data.splits["train"])
             _send(replies, (res, time.perf_counter() - begun, images))
         elif request[0] == "rss":
             _send(replies, stages)
