@@ -131,9 +131,6 @@ class AgreementCheckedClient(NumPyClient):
         token = config.get(RUN_TOKEN_KEY)
         self.store.join_run(None if token is None else str(token), self.continue_from)
 
-    def get_properties(self, config):
-        return self.client.get_properties(config)
-
     def get_parameters(self, config):
         return self.client.get_parameters(config)
 

@@ -17,17 +17,11 @@ from fedapp.server_app import make_server_app
 from tests import simulation
 from tests.simulation import BACKEND
 
+BRIEF = {"num-partitions": 4, "num-rounds": 2, "batch-size": 32, "shots-per-class": 5}
+
 
 def simulate(tmp_path, **overrides):
-    overrides = {
-        "results-dir": str(tmp_path / "results"),
-        "run-name": "run",
-        "num-partitions": 4,
-        "num-rounds": 2,
-        "batch-size": 32,
-        "shots-per-class": 5,
-        **overrides,
-    }
+    overrides = {"results-dir": str(tmp_path / "results"), "run-name": "run", **BRIEF, **overrides}
     simulation.simulate(
         make_server_app(overrides),
         make_client_app(overrides),
@@ -120,8 +114,7 @@ def test_pep_fedpt_with_held_out_clients_in_simulation(tmp_path):
 def in_process(method: str, **overrides) -> list:
     """A baseline's rounds, driven in this process: what its clients exchange is the method's, not
     the engine's (every method also runs in Ray on the Message API: ``test_message_api_runs.py``)."""
-    values = {"method": method, "num-partitions": 4, "num-rounds": 2, "batch-size": 32, "shots-per-class": 5}
-    return run_in_process({**values, **overrides}).history
+    return run_in_process({"method": method, **BRIEF, **overrides}).history
 
 
 @pytest.mark.parametrize("method", ["head-fedavg", "local-vpt", "fedvpt", "fedvpt-d"])
