@@ -15,10 +15,12 @@ twice a second from ``/proc`` (Linux). The machine-wide growth of used memory
 is printed beside it.
 
 The default settings sample 100 clients a round out of 1,000 and out of 100:
-if a round's time follows the sampled clients and not N, the two agree::
+if a round's time follows the sampled clients and not N, the two agree. The
+cross-device table of docs/scale.md keeps 100 a round out of 1,000 to 10,000::
 
     python benchmarks/scale.py --data /data/cifar10-train.tar.gz
-    python benchmarks/scale.py --data /data/cifar10-train.tar.gz --state disk
+    python benchmarks/scale.py --data /data/cifar10-train.tar.gz --methods pfedlora --state disk \
+        --settings 1000:0.1,5000:0.02,10000:0.01
     python benchmarks/scale.py --smoke          # 20 clients on digits (CI); no timing is asserted
 """
 

@@ -45,6 +45,7 @@ from flwr.common import (
     Code,
     EvaluateRes,
     FitRes,
+    GetPropertiesIns,
     GetPropertiesRes,
     Parameters,
     Scalar,
@@ -61,12 +62,13 @@ from fedapp.config import RunConfig
 from fedapp.errors import ConfigError
 from fedapp.extras import check_server_extras
 from fedapp.flower.privacy import wrap_for_privacy
+from fedapp.flower.sampling import PROPERTIES, reply_properties
 from fedapp.flower.strategy import FedAppStrategy
 from fedapp.registry import strategy_class
 
 log = logging.getLogger("flwr.fedapp")
 
-ARRAYS, CONFIG, METRICS, DETAILS, PROPERTIES = "arrays", "config", "metrics", "details", "properties"
+ARRAYS, CONFIG, METRICS, DETAILS = "arrays", "config", "metrics", "details"
 NUM_EXAMPLES, LOSS = "num-examples", "loss"
 #: ``timeout`` for ``Strategy.start`` when ``round-timeout`` = 0: wait for every reply, as the legacy path does.
 NO_TIMEOUT = math.inf
@@ -146,19 +148,22 @@ class NodeProxy(ClientProxy):
         self.node_id = node_id
         self.grid = grid
 
-    def get_properties(self, ins, timeout, group_id) -> GetPropertiesRes:
-        query = Message(
+    def query_message(self, ins: GetPropertiesIns, group_id: int | None) -> Message:
+        """The ``query`` message asking this node ``ins`` (the sampler sends a round's in one batch)."""
+        return Message(
             RecordDict({CONFIG: ConfigRecord(dict(ins.config))}),
             dst_node_id=self.node_id,
             message_type=MessageType.QUERY,
             group_id=str(group_id or ""),
         )
-        replies = list(self.grid.send_and_receive([query], timeout=timeout))
+
+    def get_properties(self, ins, timeout, group_id) -> GetPropertiesRes:
+        replies = list(self.grid.send_and_receive([self.query_message(ins, group_id)], timeout=timeout))
         if len(replies) != 1:
             raise TimeoutError(f"node {self.node_id} did not answer its query")
         if replies[0].has_error():
             raise RuntimeError(replies[0].error.reason)
-        return GetPropertiesRes(Status(Code.OK, ""), dict(replies[0].content.config_records[PROPERTIES]))
+        return GetPropertiesRes(Status(Code.OK, ""), dict(reply_properties(replies[0])))
 
     def get_parameters(self, ins, timeout, group_id):
         raise NotImplementedError("MessageStrategy sends the global arrays itself")

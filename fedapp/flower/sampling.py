@@ -2,26 +2,35 @@
 pool sorted by partition (:meth:`ClientSampler.sample`); the held-out partitions, which
 never train; and asking each node its partition, once (node ids change from one run or
 restart to the next, partitions do not).
+
+The nodes of a grid are asked all at once: one push of every query message and one wait
+for the replies, so the start of a run costs one message per node and not one poll
+interval per node (Flower's grid sleeps between pulls: 0.1 s in simulation, 3 s deployed).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
-from flwr.common import GetPropertiesIns
+from flwr.app import Message
+from flwr.common import GetPropertiesIns, MessageTypeLegacy
+from flwr.compat.common import recorddict_compat
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.grid_client_proxy import GridClientProxy
 
 from fedapp.config import RunConfig, domain_of_partition, held_out_partitions
 
 log = logging.getLogger("flwr.fedapp")
 
 _Reply = TypeVar("_Reply")
+#: The config record of a Message-API query's reply that holds the node's properties.
+PROPERTIES = "properties"
 
 
 class ClientSampler:
@@ -81,11 +90,39 @@ class ClientSampler:
         return [pool[ids[i]] for i in chosen]
 
     def ask_partitions(self, proxies: Sequence[ClientProxy], server_round: int) -> None:
-        """Learn the partition of every node not asked yet, all at once."""
+        """Learn the partition of every node not asked yet, all at once: a grid's nodes in one
+        batch of messages, any other proxy on a thread of its own."""
         missing = [proxy for proxy in proxies if proxy.cid not in self.partition_of]
-        if missing:
-            with ThreadPoolExecutor(max_workers=min(16, len(missing))) as pool:
-                list(pool.map(lambda proxy: self.partition(proxy, server_round), missing))
+        batches: dict[int, list[ClientProxy]] = {}
+        alone = []
+        for proxy in missing:
+            if query_message(proxy, server_round) is None:
+                alone.append(proxy)
+            else:
+                batches.setdefault(id(proxy.grid), []).append(proxy)
+        for batch in batches.values():
+            self._ask_batch(batch, server_round)
+        if alone:
+            with ThreadPoolExecutor(max_workers=min(16, len(alone))) as pool:
+                list(pool.map(lambda proxy: self.partition(proxy, server_round), alone))
+
+    def _ask_batch(self, proxies: Sequence[Any], server_round: int) -> None:
+        """Ask nodes of one grid: every query pushed, then the replies pulled together."""
+        by_node = {proxy.node_id: proxy for proxy in proxies}
+        messages = [query_message(proxy, server_round) for proxy in proxies]
+        unanswered = dict(by_node)
+        for reply in proxies[0].grid.send_and_receive(messages, timeout=None):
+            proxy = unanswered.pop(reply.metadata.src_node_id, None)
+            if proxy is None:
+                continue
+            try:
+                if reply.has_error():
+                    raise RuntimeError(reply.error.reason)
+                self.partition_of[proxy.cid] = int(reply_properties(reply)["partition-id"])
+            except Exception as err:  # a client that cannot answer is left out this round, not fatal
+                _no_partition(server_round, proxy, err)
+        for proxy in unanswered.values():
+            _no_partition(server_round, proxy, TimeoutError("no reply"))
 
     def partition(self, proxy: ClientProxy, server_round: int) -> int | None:
         """The client's partition id, asked once (None if it does not answer; it is asked again next time)."""
@@ -94,7 +131,7 @@ class ClientSampler:
                 res = proxy.get_properties(GetPropertiesIns(config={}), timeout=None, group_id=server_round)
                 self.partition_of[proxy.cid] = int(res.properties["partition-id"])
             except Exception as err:  # a client that cannot answer is left out this round, not fatal
-                log.warning("round %d: client %s did not report its partition (%r)", server_round, proxy.cid, err)
+                _no_partition(server_round, proxy, err)
                 return None
         return self.partition_of[proxy.cid]
 
@@ -114,3 +151,33 @@ class ClientSampler:
         """The domain of node ``cid``'s partition (``partition = domain``), else None (also while unknown)."""
         partition = self.partition_of.get(cid)
         return None if partition is None else domain_of_partition(self.config, partition)
+
+
+def query_message(proxy: ClientProxy, server_round: int) -> Message | None:
+    """The partition query for ``proxy`` as a Message of its grid, or None if ``proxy`` is not a
+    grid's node (it is then asked through :meth:`ClientProxy.get_properties`).
+
+    Flower's legacy proxy speaks the legacy ``get_properties`` message; a proxy of our own
+    (the Message API's :class:`~fedapp.flower.message_api.NodeProxy`) builds its own.
+    """
+    ins = GetPropertiesIns(config={})
+    if isinstance(proxy, GridClientProxy):
+        return Message(
+            recorddict_compat.getpropertiesins_to_recorddict(ins),
+            dst_node_id=proxy.node_id,
+            message_type=MessageTypeLegacy.GET_PROPERTIES,
+            group_id=str(server_round),
+        )
+    build = getattr(proxy, "query_message", None)
+    return None if build is None else build(ins, server_round)
+
+
+def reply_properties(reply: Message) -> Mapping[str, Any]:
+    """The properties a node's reply to :func:`query_message` carries."""
+    if reply.metadata.message_type == MessageTypeLegacy.GET_PROPERTIES:
+        return recorddict_compat.recorddict_to_getpropertiesres(reply.content).properties
+    return reply.content.config_records[PROPERTIES]
+
+
+def _no_partition(server_round: int, proxy: ClientProxy, err: BaseException) -> None:
+    log.warning("round %d: client %s did not report its partition (%r)", server_round, proxy.cid, err)

@@ -23,6 +23,7 @@ This module holds :func:`run` and the command line; its parts, each importable f
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,17 @@ __all__ = [
 ]
 
 
+def gpus_to_check(gpus_per_client: float) -> int | None:
+    """This machine's GPUs when the simulated clients ask for a share of one, else None (nothing to check).
+
+    A simulation that joins a running Ray cluster (``RAY_ADDRESS`` set) places its workers on
+    the cluster's nodes, whose GPUs this machine cannot count.
+    """
+    if not gpus_per_client or os.environ.get("RAY_ADDRESS"):
+        return None
+    return visible_gpus()
+
+
 def run(
     overrides: dict,
     *,
@@ -89,7 +101,7 @@ def run(
     The configuration and the client resources are validated here first, so a
     bad key or flag fails in a second instead of inside the SuperLink.
     """
-    check_client_resources(cpus_per_client, gpus_per_client, visible_gpus() if gpus_per_client else None)
+    check_client_resources(cpus_per_client, gpus_per_client, gpus_to_check(gpus_per_client))
     prepared = prepare_run(overrides, num_clients)
     # What the ServerApp would refuse after Flower's start-up, refused here in a second.
     check_run_folder(prepared.run_dir, resume=prepared.config.resume)

@@ -200,3 +200,61 @@ def test_the_getting_started_stop_command_stops_only_the_local_superlink(tmp_pat
         assert bystander.poll() is None, "the command stopped a SuperLink that the user's `flwr run` did not start"
     finally:
         stop_processes(local)
+
+
+RAY_TRIAL_HEADING = "### Try it on one machine"
+ACTIVE_RAY_NODE = re.compile(r"^ 1 node_[0-9a-f]{56}$", re.MULTILINE)  # a line of `ray status`'s "Active:" list
+
+
+def client_workers(root: int) -> dict[int, int]:
+    """Ray's client workers (``ray::ClientAppActor``) below process ``root``: pid -> parent pid
+    (the raylet, one per Ray node, that started it)."""
+    workers = {}
+    for pid in descendants([root]):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if title.startswith(b"ray::ClientAppActor"):
+            workers[pid] = parent
+    return workers
+
+
+def test_the_ray_cluster_trial_runs_as_written_and_spreads_the_clients_over_both_nodes(tmp_path, fresh_home):
+    """docs/scale.md: two Ray nodes, a launcher run that joins them (``RAY_ADDRESS``) and ``ray
+    stop``, in a process, mount and network namespace of the test's own: ``ray stop`` there stops
+    only this cluster, port 6379 is free, and Ray's ``/tmp/ray`` (where ``ray start`` records the
+    machine's latest cluster) is a private folder. While it runs, the test watches which Ray node
+    (raylet) started each client worker."""
+    if hosts.UNAVAILABLE or not shutil.which("unshare"):
+        pytest.skip(f"needs root and unshare for a namespace of its own ({hosts.UNAVAILABLE or 'no unshare'})")
+    (block,) = section_bash_blocks((ROOT / "docs" / "scale.md").read_text(), RAY_TRIAL_HEADING)
+    private_ray_tmp = tmp_path / "ray-tmp"
+    private_ray_tmp.mkdir()
+    Path("/tmp/ray").mkdir(exist_ok=True)
+    script = tmp_path / "ray-trial.sh"
+    script.write_text(f"set -e\nip link set lo up\nmount --bind {private_ray_tmp} /tmp/ray\n{block}")
+    work = tmp_path / "work"
+    work.mkdir()
+    log = tmp_path / "ray-trial.log"
+    # When the namespace's first process (bash) ends, the kernel ends every process in it.
+    command = ["unshare", "--pid", "--fork", "--mount-proc", "--net", "bash", str(script)]
+    with log.open("w") as out:
+        trial = subprocess.Popen(command, cwd=work, env=fresh_home, stdout=out, stderr=subprocess.STDOUT)
+        raylets: set[int] = set()
+        deadline = time.monotonic() + 600
+        while trial.poll() is None and time.monotonic() < deadline:
+            raylets |= set(client_workers(trial.pid).values())
+            time.sleep(0.5)
+        if trial.poll() is None:
+            trial.kill()
+        trial.wait(timeout=60)
+    text = log.read_text(errors="replace")
+    output = text[-6000:]
+    assert trial.returncode == 0, output
+    assert len(ACTIVE_RAY_NODE.findall(text)) == 2, f"`ray status` did not list two active nodes:\n{output}"
+    rows = read_metrics(work / "cluster-results" / "on-two-nodes" / "metrics.jsonl")
+    assert [row["clients_fit"] for row in rows] == [10, 10], output
+    assert len(raylets) == 2, f"client workers ran under {len(raylets)} Ray node(s), not both:\n{output}"
+    assert "Stopped all" in output, output  # `ray stop` found the cluster's processes

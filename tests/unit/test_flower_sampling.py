@@ -6,11 +6,16 @@ from __future__ import annotations
 import logging
 
 import pytest
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common import Code, Error, GetPropertiesRes, MessageTypeLegacy, Status
+from flwr.compat.common import recorddict_compat
 from flwr.server import SimpleClientManager
+from flwr.server.compat.grid_client_proxy import GridClientProxy
 
 from fedapp.config import resolve_run_config
 from fedapp.flower.driver import PartitionProxy
-from fedapp.flower.sampling import ClientSampler
+from fedapp.flower.message_api import NodeProxy
+from fedapp.flower.sampling import PROPERTIES, ClientSampler
 
 
 class CountingProxy(PartitionProxy):
@@ -150,3 +155,55 @@ def test_without_domains_no_node_has_one():
     proxy = PartitionProxy(3)
     sampler.ask_partitions([proxy], 1)
     assert sampler.domain_of(proxy.cid) is None
+
+
+class RecordingGrid:
+    """A grid whose node ``100 + p`` holds partition p; it records every ``send_and_receive``.
+    ``silent`` nodes never reply, ``failing`` ones reply with an error."""
+
+    def __init__(self, silent=(), failing=()) -> None:
+        self.silent, self.failing = set(silent), set(failing)
+        self.batches: list[list[int]] = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.batches.append([m.metadata.dst_node_id for m in messages])
+        replies = []
+        for message in messages:
+            node = message.metadata.dst_node_id
+            if node in self.silent:
+                continue
+            if node in self.failing:
+                replies.append(Message(Error(code=0, reason="node crashed"), reply_to=message))
+                continue
+            properties = {"partition-id": node - 100}
+            if message.metadata.message_type == MessageTypeLegacy.GET_PROPERTIES:
+                res = GetPropertiesRes(Status(Code.OK, ""), properties)
+                content = recorddict_compat.getpropertiesres_to_recorddict(res)
+            else:
+                content = RecordDict({PROPERTIES: ConfigRecord(properties)})
+            replies.append(Message(content, reply_to=message))
+        return replies
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize(
+    "proxy_of",
+    [lambda node, grid: GridClientProxy(node, grid, run_id=1), NodeProxy],
+    ids=["legacy-grid-proxy", "message-api-node-proxy"],
+)
+def test_a_grids_nodes_are_asked_their_partition_in_one_batch(proxy_of, caplog):
+    """One push of every query and one wait for the replies, not one poll interval per node
+    (issue: a start that does not grow with N); nodes that fail or stay silent are left out."""
+    grid = RecordingGrid(silent={110}, failing={111})
+    proxies = [proxy_of(100 + p, grid) for p in range(12)]
+    sampler = ClientSampler(config(**{"num-partitions": 12}))
+    with caplog.at_level(logging.WARNING, logger="flwr.fedapp"):
+        chosen = sampler.sample(1, manager_of(proxies), 0.5, salt=0)
+    assert grid.batches == [[proxy.node_id for proxy in proxies]]
+    assert sampler.partition_of == {str(100 + p): p for p in range(10)}
+    assert len(chosen) == 5 and {proxy.node_id for proxy in chosen} <= set(range(100, 110))
+    assert "round 1: client 110 did not report its partition (TimeoutError('no reply'))" in caplog.text
+    assert "round 1: client 111 did not report its partition (RuntimeError('node crashed'))" in caplog.text
+    sampler.sample(2, manager_of(proxies), 0.5, salt=0)
+    assert grid.batches[1] == [110, 111]  # only the nodes that did not answer are asked again

@@ -323,3 +323,13 @@ def test_the_launcher_refuses_a_bad_gpu_share_before_any_work(tmp_path, capsys, 
     assert launch.main(["--gpus-per-client", "0.25", "--flwr-home", str(home)]) == 2
     assert "torch finds no GPU" in capsys.readouterr().err
     assert not home.exists()
+
+
+def test_on_a_ray_cluster_the_gpu_share_is_not_checked_against_this_machine(monkeypatch):
+    """With ``RAY_ADDRESS`` the workers run on the cluster's nodes (docs/scale.md): a head
+    without a GPU may still ask for GPU shares; without it, this machine's GPUs are counted."""
+    monkeypatch.setattr(launch, "visible_gpus", lambda: 0)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert launch.gpus_to_check(0.25) == 0 and launch.gpus_to_check(0.0) is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert launch.gpus_to_check(0.25) is None
