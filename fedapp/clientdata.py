@@ -221,6 +221,16 @@ def partition(config: RunConfig, source: ArrayDataset, num_partitions: int) -> l
     )
 
 
+@functools.lru_cache(maxsize=2)
+def _partition_cached(config: RunConfig, num_partitions: int) -> tuple[np.ndarray, ...]:
+    """Every client's indices, read-only, computed once per process and configuration: a worker
+    serves many clients in turn, and partitioning checks, hashes and copies the whole label array."""
+    parts = tuple(partition(config, load_dataset(config), num_partitions))
+    for part in parts:
+        part.setflags(write=False)
+    return parts
+
+
 def base_class_count(num_classes: int) -> int:
     """Classes ``0 .. B-1`` are base, the rest novel: the first half, rounded up (CoOp's split)."""
     return math.ceil(num_classes / 2)
@@ -296,7 +306,7 @@ def _client_data_cached(config: RunConfig, partition_id: int, num_partitions: in
         indices = np.arange(len(source), dtype=np.int64)
     else:
         source = load_dataset(config)
-        indices = partition(config, source, num_partitions)[partition_id]
+        indices = _partition_cached(config, num_partitions)[partition_id]
     if len(indices) == 0:
         raise DataError(f"partition {partition_id} of {num_partitions} has no samples")
     train_share, val_share, test_share = parse_local_split(config.local_split)

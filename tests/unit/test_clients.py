@@ -8,7 +8,7 @@ import torch
 
 from clients.fedavg import FedAvgClient
 from clients.standalone import StandaloneClient
-from fedapp.clientdata import load_client_data
+from fedapp.clientdata import load_client_data, partition
 from fedapp.config import resolve_run_config
 from fedapp.params import get_arrays
 from fedapp.state import DiskStateStore, MemoryStateStore
@@ -29,6 +29,25 @@ def test_client_data_split_is_8_1_1_of_its_partition(data):
     assert sizes.sum() > 400  # a quarter of 1,797 digits
     np.testing.assert_allclose(sizes / sizes.sum(), [0.8, 0.1, 0.1], atol=0.02)
     assert data.train.x.shape[1:] == (3, 32, 32) and data.train.x.dtype == torch.float32
+
+
+def test_a_process_partitions_the_source_once_for_all_the_clients_it_serves(monkeypatch):
+    """A simulation worker builds one client after another; the partition of the whole label
+    array (checks, hash, one copy per client) is computed once, not per client."""
+    from fedapp import clientdata  # noqa: PLC0415 - its module-level helpers are what is counted
+
+    config = resolve_run_config({"num-partitions": 6, "partition": "pathological", "seed": 7})
+    computed = []
+    monkeypatch.setattr(clientdata, "partition", lambda *args: computed.append(args) or partition(*args))
+    clientdata._partition_cached.cache_clear()
+    clientdata._client_data_cached.cache_clear()
+    clients = [load_client_data(config, p, 6) for p in range(6)]
+    assert len(computed) == 1
+    expected = partition(config, clientdata.load_dataset(config), 6)
+    for client, indices in zip(clients, expected, strict=True):
+        train_labels = client.train.y.numpy()
+        assert set(train_labels) <= set(clientdata.load_dataset(config).labels[indices])
+    assert all(not part.flags.writeable for part in clientdata._partition_cached(config, 6))
 
 
 def test_fedavg_client_returns_a_trained_model_of_the_same_layout(config, data):
