@@ -93,25 +93,25 @@ class ClientSampler:
         """Learn the partition of every node not asked yet, all at once: a grid's nodes in one
         batch of messages, any other proxy on a thread of its own."""
         missing = [proxy for proxy in proxies if proxy.cid not in self.partition_of]
-        batches: dict[int, list[ClientProxy]] = {}
+        batches: dict[int, list[tuple[Any, Message]]] = {}
         alone = []
         for proxy in missing:
-            if query_message(proxy, server_round) is None:
+            message = query_message(proxy, server_round)
+            if message is None:
                 alone.append(proxy)
             else:
-                batches.setdefault(id(proxy.grid), []).append(proxy)
+                batches.setdefault(id(proxy.grid), []).append((proxy, message))
         for batch in batches.values():
             self._ask_batch(batch, server_round)
         if alone:
             with ThreadPoolExecutor(max_workers=min(16, len(alone))) as pool:
                 list(pool.map(lambda proxy: self.partition(proxy, server_round), alone))
 
-    def _ask_batch(self, proxies: Sequence[Any], server_round: int) -> None:
-        """Ask nodes of one grid: every query pushed, then the replies pulled together."""
-        by_node = {proxy.node_id: proxy for proxy in proxies}
-        messages = [query_message(proxy, server_round) for proxy in proxies]
-        unanswered = dict(by_node)
-        for reply in proxies[0].grid.send_and_receive(messages, timeout=None):
+    def _ask_batch(self, queries: Sequence[tuple[Any, Message]], server_round: int) -> None:
+        """Ask nodes of one grid (``(proxy, query)`` pairs): every query pushed, then the replies pulled together."""
+        unanswered = {proxy.node_id: proxy for proxy, _ in queries}
+        grid = queries[0][0].grid
+        for reply in grid.send_and_receive([message for _, message in queries], timeout=None):
             proxy = unanswered.pop(reply.metadata.src_node_id, None)
             if proxy is None:
                 continue
