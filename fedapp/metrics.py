@@ -7,21 +7,19 @@ and two plots, accuracy against round and against megabytes communicated.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import math
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import yaml
 
-from fedapp.errors import ConfigError, StateError
+from fedapp.errors import StateError
+from fedapp.runfolder import LOCK_FILE, STOPPED_RUN_GRACE_S, check_run_folder, lock_folder, release_folder
 
 # A child of Flower's logger, so our lines appear wherever Flower's log goes.
 log = logging.getLogger("flwr.fedapp")
@@ -119,108 +117,6 @@ def progress_line(record: RoundRecord, num_rounds: int) -> str:
     )
 
 
-RESULT_FILES = ("metrics.jsonl", "summary.json", "checkpoint.npz")
-"""What makes a folder hold a run's results: a fresh run never writes over them."""
-
-LOCK_FILE = ".lock"
-
-
-# Run folders this process holds the lock of. A process takes its own lock over (a stopped run
-# resumed in the same process, as the in-process simulation engine does in tests); other processes are refused.
-_HELD_LOCKS: dict[Path, IO[str]] = {}
-
-
-def lock_folder(directory: Path) -> IO[str]:
-    """An exclusive, non-blocking ``flock`` on ``directory/.lock``, held while the returned file is open.
-
-    Raises
-    ------
-    StateError
-        If another process holds it (that process is writing this run).
-    """
-    key = directory.resolve()
-    held = _HELD_LOCKS.get(key)
-    if held is not None and not held.closed:
-        return held
-    handle = (directory / LOCK_FILE).open("a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise StateError(
-            f"run folder {directory} is being written by another run (its lock is held): wait for that run to "
-            "end, or choose another run-name"
-        ) from None
-    _HELD_LOCKS[key] = handle
-    return handle
-
-
-def release_folder(directory: Path) -> None:
-    """Release this process's lock on ``directory`` (also released when the process ends)."""
-    handle = _HELD_LOCKS.pop(directory.resolve(), None)
-    if handle is not None:
-        handle.close()
-
-
-def held_results(directory: Path) -> list[str]:
-    """The result files in ``directory`` that hold something (an empty metrics file does not count)."""
-    return [name for name in RESULT_FILES if (directory / name).is_file() and (directory / name).stat().st_size > 0]
-
-
-def check_run_folder(directory: Path, *, resume: bool) -> None:
-    """Refuse a fresh run into a folder that holds results, or a resume of one that does not exist.
-
-    Raises
-    ------
-    StateError
-        Naming the folder and what to do instead; nothing is written either way.
-    """
-    if not resume and (held := held_results(directory)):
-        raise StateError(
-            f"run folder {directory} already holds a run ({', '.join(held)}): set resume=true to "
-            "continue it, or choose another run-name (results are never overwritten)"
-        )
-    if resume and not directory.is_dir():
-        raise StateError(f"resume=true, but run folder {directory} does not exist: nothing to resume")
-
-
-def unwritable(folder: Path) -> str | None:
-    """Why ``folder`` cannot be written (None when it can), found by creating what is missing
-    of it and a temporary file inside, then removing all of that: the disk is left as it was."""
-    created: list[Path] = []
-    try:
-        for missing in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
-            missing.mkdir()
-            created.append(missing)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-        return None
-    except OSError as err:
-        return err.strerror or str(err)
-    finally:
-        for path in reversed(created):
-            with contextlib.suppress(OSError):
-                path.rmdir()
-
-
-def check_writable_folders(config: Mapping[str, Any], *, results: bool = True) -> None:
-    """Refuse, before any work, a ``results-dir`` (when ``results``) or an explicitly set
-    ``cache-dir`` that this process cannot write.
-
-    Raises
-    ------
-    ConfigError
-        Naming the key, the folder and the system's reason.
-    """
-    keys = (["results-dir"] if results else []) + (["cache-dir"] if config.get("cache-dir") else [])
-    for key in keys:
-        folder = Path(str(config[key])).expanduser().absolute()
-        if (reason := unwritable(folder)) is not None:
-            raise ConfigError(
-                f"config key '{key}' = {config[key]!r} cannot be written ({reason}): choose a folder you can write"
-            )
-
-
 class RunObserver(Protocol):
     """Something that follows a run as its recorder writes it (an experiment tracker,
     :mod:`fedapp.tracking`): the recorder calls these in order, once per run or round."""
@@ -262,7 +158,8 @@ class RunRecorder:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise StateError(f"cannot create run folder {self.directory} ({err.strerror or err})") from err
-        lock_folder(self.directory)
+        # A resume may follow a `flwr stop` whose ServerApp still holds the lock for a few seconds.
+        lock_folder(self.directory, wait_s=0.0 if fresh else STOPPED_RUN_GRACE_S)
         self.config = dict(config)
         self.target_accuracy = target_accuracy
         self.records: list[RoundRecord] = []

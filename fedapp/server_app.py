@@ -21,8 +21,9 @@ from fedapp.extras import check_server_extras
 from fedapp.flower.message_api import NO_TIMEOUT, MessageStrategy
 from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.secure_aggregation import run_secagg
-from fedapp.metrics import check_clients_trained, release_folder
+from fedapp.metrics import check_clients_trained
 from fedapp.registry import strategy_class
+from fedapp.runfolder import release_folder
 
 log = logging.getLogger("flwr.fedapp")
 

@@ -45,11 +45,12 @@ from fedapp.flower.recording import (
 from fedapp.flower.replies import AggregateReplies, ClientUpdate, failure_reason, reply_order, validated_updates
 from fedapp.flower.resume import begin_run, checkpoint_path_of, read_resume_point, resume_run, write_checkpoint
 from fedapp.flower.sampling import ClientSampler
-from fedapp.metrics import RoundRecord, RunRecorder, check_writable_folders, payload_bytes
+from fedapp.metrics import RoundRecord, RunRecorder, payload_bytes
 from fedapp.models import build_model
 from fedapp.models.export import export_global_model
 from fedapp.params import decode_parameters
 from fedapp.registry import strategy_class
+from fedapp.runfolder import check_writable_folders
 from fedapp.state import RUN_TOKEN_KEY
 
 # ClientUpdate, reply_order and AggregateReplies are imported from here by strategies/ and others.
@@ -88,8 +89,7 @@ class FedAppStrategy(Strategy):
 
     #: Whether the method keeps one global model whose accuracy is meaningful.
     has_global_model: bool = True
-    #: Set by :func:`fedapp.flower.secure_aggregation.run_secagg` when rounds run under SecAgg+:
-    #: every fit reply then carries the round's unmasked aggregate, not the client's arrays.
+    #: Set by :func:`fedapp.flower.secure_aggregation.run_secagg`: each fit reply carries the unmasked aggregate.
     secure_aggregation: AggregateReplies | None = None
 
     def __init__(

@@ -48,7 +48,7 @@ from fedapp.launch.settings import (
     visible_gpus,
 )
 from fedapp.launch.stream import LogCleaner, show_log, strip_ansi
-from fedapp.metrics import check_run_folder, check_writable_folders
+from fedapp.runfolder import check_run_folder, check_writable_folders
 
 __all__ = [
     "LOCAL_CONNECTION_TOML",

@@ -52,10 +52,15 @@ def ip(*args: str) -> None:
 
 
 class Network:
-    """Namespaces joined by veth pairs to a bridge in the SuperLink's namespace."""
+    """Namespaces joined by veth pairs to a bridge in the first host's (the SuperLink's) namespace.
 
-    def __init__(self, tag: str) -> None:
-        self.names = {host: f"fedapp-{tag}-{host}" for host in HOSTS}
+    ``hosts`` maps each host to the last octet of its address in ``subnet`` (a /24).
+    """
+
+    def __init__(self, tag: str, subnet: str = SUBNET, hosts: dict[str, int] | None = None) -> None:
+        self.hosts = dict(hosts or HOSTS)
+        self.subnet = subnet
+        self.names = {host: f"fedapp-{tag}-{host}" for host in self.hosts}
         self.made: list[str] = []
 
     def build(self) -> None:
@@ -63,17 +68,16 @@ class Network:
             ip("netns", "add", name)
             self.made.append(name)
             ip("-n", name, "link", "set", "lo", "up")
-        hub = self.names["superlink"]
+        [(server, server_octet), *others] = self.hosts.items()
+        hub = self.names[server]
         ip("-n", hub, "link", "add", "br0", "type", "bridge")
-        ip("-n", hub, "addr", "add", f"{SUBNET}.{HOSTS['superlink']}/24", "dev", "br0")
+        ip("-n", hub, "addr", "add", f"{self.subnet}.{server_octet}/24", "dev", "br0")
         ip("-n", hub, "link", "set", "br0", "up")
-        for index, (host, octet) in enumerate(HOSTS.items()):
-            if host == "superlink":
-                continue
+        for index, (host, octet) in enumerate(others, start=1):
             port, name = f"port{index}", self.names[host]
             ip("-n", hub, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", name)
             ip("-n", hub, "link", "set", port, "master", "br0", "up")
-            ip("-n", name, "addr", "add", f"{SUBNET}.{octet}/24", "dev", "eth0")
+            ip("-n", name, "addr", "add", f"{self.subnet}.{octet}/24", "dev", "eth0")
             ip("-n", name, "link", "set", "eth0", "up")
 
     def on(self, host: str, *command: str) -> list[str]:

@@ -9,22 +9,18 @@ restarted only after all of them have ended.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import time
 
 import pytest
 
-from fedapp.metrics import read_metrics
-from tests.paths import ROOT
 from tests.system.federation import BIN, flower_env, flwr, run_metrics, wait_for
 from tests.system.netns import LINK_ADDRESS, SUBNET, node_config
 
 VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
 
-CASES = {
-    "pfedlora": 'state="disk"',  # family B, personal models under each node's state-dir
+CASES = {  # family B (pFedLoRA) runs in test_docs_deployment.py, with the docs' own commands
     "sdfed": 'shots-per-class=8 local-prompt-lengths="4,16"',  # family A
     "fedd2p": 'client-models="vgg-2,vgg-3" d2p-steps=5 shots-per-class=8',  # family C
     "pep-fedpt": VIT,  # family D
@@ -105,39 +101,6 @@ def test_two_rounds_across_hosts(netns, runs, method):
     rows = run_metrics(results, run_name, runs[method].result(), netns.processes)
     assert [r["round"] for r in rows] == [1, 2]
     assert all(r["clients_fit"] == 2 and r["clients_evaluated"] == 2 for r in rows)
-    if method == "pfedlora":
-        for partition in range(2):
-            saved = netns.root / f"state-node-{partition}" / run_name / f"partition-{partition}"
-            assert sorted(p.name for p in saved.glob("*.npz")), f"no personal state in {saved}"
-
-
-def test_a_run_is_stopped_and_resumed_and_a_key_retired_as_the_docs_say(netns, runs):
-    """docs/deployment.md's "Stopping": ``flwr stop`` ends a run after its first round with its
-    results and checkpoint kept, ``resume=true`` finishes it, and ``flwr supernode unregister``
-    retires a key: a node that presents it is refused from then on."""
-    results = netns.root / "results-stop"
-    config = f'method="fedavg" num-partitions=2 num-rounds=40 run-name="stopped" results-dir="{results}"'
-    submitted = netns.cli("run", str(ROOT), "fed", "--run-config", config)  # no --stream: returns the run id
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    run_id = re.search(r"Successfully started run (\d+)", submitted.stdout).group(1)
-    metrics = results / "stopped" / "metrics.jsonl"
-    wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") >= 1, "the run's first round", 300, 1.0)
-    stopped = netns.cli("stop", run_id)
-    assert stopped.returncode == 0 and f"Run {run_id} successfully stopped" in stopped.stdout, stopped.stdout
-    listed = netns.cli("ls", "--run-id", run_id, "--format", "json")
-    assert '"finished:stopped"' in listed.stdout, listed.stdout
-    done_rounds = len(read_metrics(metrics))
-    assert 1 <= done_rounds < 40 and (results / "stopped" / "checkpoint.npz").is_file()
-
-    resumed = config.replace("num-rounds=40", f"num-rounds={done_rounds + 1}") + " resume=true"
-    rows = run_metrics(results, "stopped", netns.run(resumed), netns.processes)
-    assert [row["round"] for row in rows] == list(range(1, done_rounds + 2))
-
-    [spare] = [node for node in netns.nodes() if node["status"] == "registered"]
-    retired = netns.cli("supernode", "unregister", str(spare["node-id"]))
-    assert retired.returncode == 0, retired.stdout + retired.stderr
-    assert all(node["node-id"] != spare["node-id"] or node["status"] == "unregistered" for node in netns.nodes())
-    assert_refused(netns, "retired", "spare", port=9097)
 
 
 def _rejoined(netns, since_kill: float) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import fcntl
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +14,8 @@ import pytest
 from fedapp.checkpoint import ServerCheckpoint, rng_state, save_checkpoint
 from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
-from fedapp.metrics import LOCK_FILE, RunRecorder, check_clients_trained, release_folder, unwritable
+from fedapp.metrics import RunRecorder, check_clients_trained
+from fedapp.runfolder import LOCK_FILE, lock_folder, release_folder, unwritable
 from strategies import FedAvgStrategy
 
 
@@ -55,6 +58,27 @@ def test_a_second_writer_is_refused_by_the_lock(tmp_path):
         with pytest.raises(StateError, match=r"is being written by another run \(its lock is held\)"):
             recorder(tmp_path)
     recorder(tmp_path).close()  # released: taken again
+
+
+def test_a_resume_waits_for_a_stopped_runs_server_to_release_the_folder(tmp_path):
+    """After ``flwr stop`` the stopped run's ServerApp holds the lock until its next heartbeat:
+    a resume submitted meanwhile waits for it instead of being refused."""
+    recorder(tmp_path).close()
+    with (tmp_path / "run" / LOCK_FILE).open("a") as stopped_server:
+        fcntl.flock(stopped_server, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        threading.Timer(1.0, stopped_server.close).start()
+        started = time.monotonic()
+        resumed = recorder(tmp_path, fresh=False)
+    assert 0.9 < time.monotonic() - started < 5
+    resumed.close()
+
+
+def test_a_lock_still_held_after_the_wait_is_refused_in_one_line(tmp_path):
+    (tmp_path / "run").mkdir()
+    with (tmp_path / "run" / LOCK_FILE).open("a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StateError, match=r"its lock is held after 1 s\): wait for that run to end"):
+            lock_folder(tmp_path / "run", wait_s=1.0)
 
 
 def test_a_refused_resume_leaves_the_run_folder_as_it_was(tmp_path):

@@ -1,0 +1,147 @@
+"""A run's results folder on disk: a fresh run never writes over another's results, a resumed one
+needs its folder, one process at a time writes it (``.lock``), and every folder a run writes is
+checked for writability before round 1."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from fedapp.errors import ConfigError, StateError
+
+log = logging.getLogger("flwr.fedapp")
+
+RESULT_FILES = ("metrics.jsonl", "summary.json", "checkpoint.npz")
+"""What makes a folder hold a run's results: a fresh run never writes over them."""
+
+LOCK_FILE = ".lock"
+
+
+# Run folders this process holds the lock of. A process takes its own lock over (a stopped run
+# resumed in the same process, as the in-process simulation engine does in tests); other processes are refused.
+_HELD_LOCKS: dict[Path, IO[str]] = {}
+
+
+# A stopped run's ServerApp learns of ``flwr stop`` only at its next task heartbeat (Flower sends one
+# every 17-23 s, with a 5 s call timeout) and holds its folder's lock until then: a resume submitted
+# right after the stop waits this long for it before refusing.
+STOPPED_RUN_GRACE_S = 45.0
+
+
+def lock_folder(directory: Path, wait_s: float = 0.0) -> IO[str]:
+    """An exclusive ``flock`` on ``directory/.lock``, held while the returned file is open.
+
+    Parameters
+    ----------
+    directory
+        The run folder.
+    wait_s
+        How long to wait for another process to release the lock (0: refuse at once).
+
+    Raises
+    ------
+    StateError
+        If another process still holds it after ``wait_s`` (that process is writing this run).
+    """
+    key = directory.resolve()
+    held = _HELD_LOCKS.get(key)
+    if held is not None and not held.closed:
+        return held
+    handle = (directory / LOCK_FILE).open("a")
+    deadline = time.monotonic() + wait_s
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise StateError(
+                    f"run folder {directory} is being written by another run (its lock is held"
+                    + (f" after {wait_s:.0f} s" if wait_s else "")
+                    + "): wait for that run to end, or choose another run-name"
+                ) from None
+        if not waiting:
+            waiting = True
+            log.info(
+                "run folder %s is locked by another run (a stopped one exits at its next heartbeat): "
+                "waiting up to %.0f s",
+                directory,
+                wait_s,
+            )
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    _HELD_LOCKS[key] = handle
+    return handle
+
+
+def release_folder(directory: Path) -> None:
+    """Release this process's lock on ``directory`` (also released when the process ends)."""
+    handle = _HELD_LOCKS.pop(directory.resolve(), None)
+    if handle is not None:
+        handle.close()
+
+
+def held_results(directory: Path) -> list[str]:
+    """The result files in ``directory`` that hold something (an empty metrics file does not count)."""
+    return [name for name in RESULT_FILES if (directory / name).is_file() and (directory / name).stat().st_size > 0]
+
+
+def check_run_folder(directory: Path, *, resume: bool) -> None:
+    """Refuse a fresh run into a folder that holds results, or a resume of one that does not exist.
+
+    Raises
+    ------
+    StateError
+        Naming the folder and what to do instead; nothing is written either way.
+    """
+    if not resume and (held := held_results(directory)):
+        raise StateError(
+            f"run folder {directory} already holds a run ({', '.join(held)}): set resume=true to "
+            "continue it, or choose another run-name (results are never overwritten)"
+        )
+    if resume and not directory.is_dir():
+        raise StateError(f"resume=true, but run folder {directory} does not exist: nothing to resume")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be written (None when it can), found by creating what is missing
+    of it and a temporary file inside, then removing all of that: the disk is left as it was."""
+    created: list[Path] = []
+    try:
+        for missing in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+            missing.mkdir()
+            created.append(missing)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        return None
+    except OSError as err:
+        return err.strerror or str(err)
+    finally:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def check_writable_folders(config: Mapping[str, Any], *, results: bool = True) -> None:
+    """Refuse, before any work, a ``results-dir`` (when ``results``) or an explicitly set
+    ``cache-dir`` that this process cannot write.
+
+    Raises
+    ------
+    ConfigError
+        Naming the key, the folder and the system's reason.
+    """
+    keys = (["results-dir"] if results else []) + (["cache-dir"] if config.get("cache-dir") else [])
+    for key in keys:
+        folder = Path(str(config[key])).expanduser().absolute()
+        if (reason := unwritable(folder)) is not None:
+            raise ConfigError(
+                f"config key '{key}' = {config[key]!r} cannot be written ({reason}): choose a folder you can write"
+            )
