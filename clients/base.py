@@ -76,13 +76,15 @@ class FedAppClient(NumPyClient):
     def input_shape(self) -> tuple[int, int, int]:
         return tuple(self.data.train.x.shape[1:])
 
-    def new_model(self, name: str | None = None) -> nn.Module:
-        """A freshly initialised zoo model (this client's by default), seeded like the server's."""
+    def new_model(self, name: str | None = None, *, materialise: bool = True) -> nn.Module:
+        """A freshly initialised zoo model (this client's by default), seeded like the server's
+        (on the ``meta`` device, to be assigned stored weights, without ``materialise``)."""
         return seeded_model(
             name or self.model_name,
             self.data.num_classes,
             seed=self.config.seed,
             image_size=self.config.image_size,
+            materialise=materialise,
         )
 
     def model_forward_flops(self, name: str | None = None) -> int:
@@ -192,10 +194,12 @@ class FedAppClient(NumPyClient):
 
     def load_personal_model(self, name: str = "model", architecture: str | None = None) -> nn.Module:
         """The client's own model from its store, or a fresh one on first use."""
-        model = self.new_model(architecture)
         saved = self.store.load(name)
-        if saved is not None:
-            named_arrays_to_state(model, saved)
+        if saved is None:
+            return self.new_model(architecture)
+        # Built without weights and given the stored ones: nothing is copied then overwritten.
+        model = self.new_model(architecture, materialise=False)
+        named_arrays_to_state(model, saved, assign=True)
         return model
 
     def save_personal_model(self, model: nn.Module, name: str = "model") -> int:

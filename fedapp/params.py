@@ -46,19 +46,23 @@ def get_arrays(module: nn.Module) -> list[np.ndarray]:
     return [t.detach().cpu().numpy().copy() for t in module.state_dict().values()]
 
 
+def _tensor_like(name: str, current: torch.Tensor, array: np.ndarray, *, copy: bool = False) -> torch.Tensor:
+    """``array`` as a tensor of ``current``'s shape and dtype (a fresh copy with ``copy``)."""
+    if current.ndim == 0 and array.size == 1:
+        array = np.asarray(array).reshape(())  # stores that keep arrays as 1-d return scalars as (1,)
+    if tuple(array.shape) != tuple(current.shape):
+        raise PayloadError(f"array for '{name}' has shape {tuple(array.shape)}, expected {tuple(current.shape)}")
+    return torch.tensor(array, dtype=current.dtype) if copy else torch.as_tensor(array, dtype=current.dtype)
+
+
 def set_arrays(module: nn.Module, arrays: list[np.ndarray]) -> None:
     """Load arrays produced by :func:`get_arrays` on a module of the same shape."""
     state = module.state_dict()
     if len(arrays) != len(state):
         raise PayloadError(f"expected {len(state)} arrays for {type(module).__name__}, got {len(arrays)}")
-    new_state = {}
-    for (name, current), array in zip(state.items(), arrays, strict=True):
-        if current.ndim == 0 and array.size == 1:
-            array = np.asarray(array).reshape(())  # stores that keep arrays as 1-d return scalars as (1,)
-        if tuple(array.shape) != tuple(current.shape):
-            raise PayloadError(f"array for '{name}' has shape {tuple(array.shape)}, expected {tuple(current.shape)}")
-        new_state[name] = torch.as_tensor(array, dtype=current.dtype)
-    module.load_state_dict(new_state)
+    module.load_state_dict(
+        {name: _tensor_like(name, current, array) for (name, current), array in zip(state.items(), arrays, strict=True)}
+    )
 
 
 def state_to_named_arrays(module: nn.Module) -> dict[str, np.ndarray]:
@@ -66,10 +70,24 @@ def state_to_named_arrays(module: nn.Module) -> dict[str, np.ndarray]:
     return {name: t.detach().cpu().numpy().copy() for name, t in module.state_dict().items()}
 
 
-def named_arrays_to_state(module: nn.Module, arrays: dict[str, np.ndarray]) -> None:
-    """Inverse of :func:`state_to_named_arrays`."""
+def named_arrays_to_state(module: nn.Module, arrays: dict[str, np.ndarray], *, assign: bool = False) -> None:
+    """Inverse of :func:`state_to_named_arrays`.
+
+    With ``assign``, the module's tensors are replaced by copies of ``arrays`` instead of
+    being written into: the way to fill a model built on the ``meta`` device
+    (:func:`fedapp.models.seeded_model` with ``materialise=False``), which holds no
+    weights to overwrite.
+    """
     state = module.state_dict()
     missing = sorted(set(state) - set(arrays))
     if missing:
         raise PayloadError(f"stored state lacks {missing[:3]}… for {type(module).__name__}")
-    set_arrays(module, [arrays[name] for name in state])
+    if not assign:
+        set_arrays(module, [arrays[name] for name in state])
+        return
+    module.load_state_dict(
+        {name: _tensor_like(name, current, arrays[name], copy=True) for name, current in state.items()}, assign=True
+    )
+    unfilled = [name for name, tensor in [*module.named_parameters(), *module.named_buffers()] if tensor.is_meta]
+    if unfilled:
+        raise PayloadError(f"{type(module).__name__} keeps tensors outside its state: {unfilled[:3]}")

@@ -2,8 +2,8 @@
 
 Two stores with one interface. :class:`MemoryStateStore` keeps arrays in a
 mapping that outlives a round (in Flower, the node's ``Context.state``);
-:class:`DiskStateStore` writes one ``.npz`` per client under
-``<state-dir>/<run-name>/partition-<id>.npz`` so large personal models leave
+:class:`DiskStateStore` writes one ``.safetensors`` file per name under
+``<state-dir>/<run-name>/partition-<id>/`` so large personal models leave
 memory between rounds and survive a process or SuperLink restart.
 
 Personal state belongs to one run. The server stamps every instruction with its
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import safetensors
+import safetensors.numpy
 
 from fedapp.errors import StateError
 
@@ -37,6 +39,12 @@ StateArrays = dict[str, np.ndarray]
 
 RUN_TOKEN_KEY = "run-token"
 """The instruction key that names the run a client's personal state must belong to."""
+
+STATE_SUFFIX = ".safetensors"
+"""A disk store's file per name: ``<name>.safetensors``."""
+
+LEGACY_SUFFIX = ".npz"
+"""The file per name that releases before safetensors wrote; still read."""
 
 RUN_FILE = "run.json"
 """A disk store's record of the run its files belong to (and the run it continued, if any)."""
@@ -96,8 +104,13 @@ class MemoryStateStore:
 
 
 class DiskStateStore:
-    """State as ``.npz`` files in a per-run, per-client folder, written atomically, with the
-    token of the run they belong to in ``run.json`` (:meth:`join_run`)."""
+    """State as ``.safetensors`` files in a per-run, per-client folder, written atomically, with
+    the token of the run they belong to in ``run.json`` (:meth:`join_run`).
+
+    safetensors rather than ``.npz``: reading a file is a header and one copy per array,
+    where ``np.load`` also checks a zip checksum over every byte, which showed in the
+    per-message cost at scale. ``.npz`` files that earlier releases wrote are still read.
+    """
 
     def __init__(self, root: str | os.PathLike, run_name: str, partition_id: int | str):
         self.root = Path(root).expanduser()
@@ -169,26 +182,32 @@ class DiskStateStore:
             ) from err
 
     def path(self, name: str) -> Path:
-        return self.directory / f"{name}.npz"
+        return self.directory / f"{name}{STATE_SUFFIX}"
 
     def load(self, name: str) -> StateArrays | None:
-        path = self.path(name)
-        if not path.exists():
-            return None
+        path, legacy = self.path(name), self.directory / f"{name}{LEGACY_SUFFIX}"
         try:
-            with np.load(path, allow_pickle=False) as data:
-                return {key: data[key] for key in data.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as err:
+            if path.exists():
+                return safetensors.numpy.load_file(path)
+            if legacy.exists():
+                path = legacy
+                with np.load(path, allow_pickle=False) as data:
+                    return {key: data[key] for key in data.files}
+        except (OSError, ValueError, zipfile.BadZipFile, safetensors.SafetensorError) as err:
             raise StateError(f"client state file {path} is unreadable ({err}); delete it to start fresh") from err
+        return None
 
     def save(self, name: str, arrays: StateArrays) -> None:
         self._make_directory()
         # Write then rename, so a crash mid-write never leaves a torn file behind.
         fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
         try:
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, **arrays)
+            os.close(fd)
+            # save_file writes straight from the arrays' buffers: several times faster than save().
+            safetensors.numpy.save_file({key: np.ascontiguousarray(a) for key, a in arrays.items()}, tmp)
             os.replace(tmp, self.path(name))
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        # An earlier release's file of the same name would otherwise outlive the state that replaced it.
+        (self.directory / f"{name}{LEGACY_SUFFIX}").unlink(missing_ok=True)

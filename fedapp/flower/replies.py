@@ -103,7 +103,6 @@ def validated_updates(
     server_round: int,
     results: FitReplies,
     round_log: RoundLog,
-    *,
     expected: Arrays | None,
     norm_bound: float,
     name_of: ClientNamer,

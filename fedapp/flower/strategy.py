@@ -333,15 +333,14 @@ class FedAppStrategy(Strategy):
         failures: list[tuple[ClientProxy, FitRes] | BaseException],
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
         round_log = self._round_log.setdefault(server_round, RoundLog())
+        self._sampler.confirm(results)
         if self.secure_aggregation is not None:
             # One reply per participant, all carrying the same aggregate: count and weigh
             # the participants, aggregate the one pre-averaged update.
             updates, to_aggregate = self.secure_aggregation.updates(self, server_round, results, round_log)
         else:
-            expected, bound = self.expected_update(), self.config.update_norm_bound
-            updates = to_aggregate = validated_updates(
-                server_round, results, round_log, expected=expected, norm_bound=bound, name_of=self.client_name
-            )
+            expected, bound, name_of = self.expected_update(), self.config.update_norm_bound, self.client_name
+            updates = to_aggregate = validated_updates(server_round, results, round_log, expected, bound, name_of)
         for failure in failures:
             round_log.refuse(server_round, failure_reason(failure, self.client_name, self.config.round_timeout))
         round_log.clients_fit = len(updates)

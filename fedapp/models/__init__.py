@@ -108,7 +108,9 @@ def build_model(
     return ZOO[key](num_classes, image_size=image_size, in_channels=in_channels)
 
 
-def seeded_model(name: str, num_classes: int, *, seed: int, image_size: int = 32, in_channels: int = 3) -> nn.Module:
+def seeded_model(
+    name: str, num_classes: int, *, seed: int, image_size: int = 32, in_channels: int = 3, materialise: bool = True
+) -> nn.Module:
     """What ``torch.manual_seed(seed)`` then :func:`build_model` returns, without the initialisation cost.
 
     Clients build their model for every message (a simulation worker serves many
@@ -123,6 +125,11 @@ def seeded_model(name: str, num_classes: int, *, seed: int, image_size: int = 32
         As in :func:`build_model`.
     seed : int
         The seed set before building.
+    materialise : bool, default True
+        False returns the model on the ``meta`` device: its structure without weights,
+        for a caller about to assign stored ones
+        (:func:`fedapp.params.named_arrays_to_state` with ``assign=True``), which then
+        neither copies the template's weights nor overwrites them.
 
     Returns
     -------
@@ -132,6 +139,8 @@ def seeded_model(name: str, num_classes: int, *, seed: int, image_size: int = 32
     template, rng_after = _seeded_template(name, num_classes, seed, image_size, in_channels)
     torch.manual_seed(seed)  # also seeds CUDA, as before; building on the CPU does not touch it
     torch.set_rng_state(rng_after)
+    if not materialise:
+        return copy.deepcopy(_meta_template(name, num_classes, seed, image_size, in_channels))
     return copy.deepcopy(template)
 
 
@@ -142,6 +151,12 @@ def _seeded_template(
     torch.manual_seed(seed)
     model = build_model(name, num_classes, image_size=image_size, in_channels=in_channels)
     return model, torch.get_rng_state()
+
+
+@functools.lru_cache(maxsize=16)
+def _meta_template(name: str, num_classes: int, seed: int, image_size: int, in_channels: int) -> nn.Module:
+    template, _ = _seeded_template(name, num_classes, seed, image_size, in_channels)
+    return copy.deepcopy(template).to("meta")
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:

@@ -61,7 +61,7 @@ def test_standalone_keeps_personal_models_on_disk_and_sends_nothing(tmp_path):
     assert all(r["global_acc"] is None for r in rows)
     assert rows[-1]["bytes_up_per_client"] < 200  # an empty parameter list, no model
     assert rows[-1]["bytes_eval_down_round"] == 0
-    files = sorted(state_dir.glob("run/partition-*/model.npz"))
+    files = sorted(state_dir.glob("run/partition-*/model.safetensors"))
     assert len(files) == 4
     assert [r["fit_personal_rounds"] for r in rows] == [1.0, 2.0]
 

@@ -87,4 +87,4 @@ def test_supernodes_write_only_under_their_own_node_config(loopback, submitted_p
     assert rows[-1]["clients_fit"] == 2
     assert not escape.exists(), "a SuperNode wrote where the submitted run config said"
     for pid in range(2):
-        assert list((loopback.root / f"state-{pid}" / "node-paths" / f"partition-{pid}").glob("*.npz"))
+        assert list((loopback.root / f"state-{pid}" / "node-paths" / f"partition-{pid}").glob("*.safetensors"))

@@ -268,7 +268,7 @@ def test_the_documented_deployment_runs_as_written_on_fresh_hosts(machines):
     assert all(r["clients_fit"] == 2 and not r["fit_missing_clients"] for r in rows)
     for partition, device in enumerate(devices):
         state = device.written(f"/var/lib/fedapp/state/{run_name}/partition-{partition}")
-        assert sorted(state.glob("*.npz")), f"no personal state on device {partition} under {state}"
+        assert sorted(state.glob("*.safetensors")), f"no personal state on device {partition} under {state}"
 
     # Retire device 1's key: its node, started again as the unit would, is refused from then on.
     assert operator.sh(stopping[3]).returncode == 0  # flwr supernode list fed

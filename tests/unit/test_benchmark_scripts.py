@@ -1,4 +1,4 @@
-"""The pretraining and zero-shot scripts through their command lines, on data the tests make."""
+"""The pretraining, zero-shot, personal-state and simulation-poll scripts through their command lines."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from tests.paths import load_script
@@ -46,3 +47,21 @@ def test_zero_shot_cli_scores_every_client_per_seed(capsys) -> None:
     rows = [json.loads(line) for line in lines if line.startswith("{")]
     assert [row["seed"] for row in rows] == [0, 1] and all(0.0 <= row["acc_mean"] <= 1.0 for row in rows)
     assert lines[-2].startswith("acc_mean: ") and lines[-2].endswith("over 2 seeds")
+
+
+def test_personal_state_benchmark_times_both_ways_for_each_model(capsys) -> None:
+    script = load_script("personal_state")
+    rows = script.main(["--clients", "3", "--models", "cnn-5", "vgg-2"])
+    assert [(row.model, row.way) for row in rows] == [
+        (model, way) for model in ("cnn-5", "vgg-2") for way in ("npz + build", "safetensors + assign")
+    ]
+    assert all(row.save_ms > 0 and row.load_ms > 0 and row.megabytes > 0.1 for row in rows)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| cnn-5")]
+    assert len(printed) == 2
+
+
+@pytest.mark.usefixtures("task_identity")  # restored after the script sets its own
+def test_simulation_poll_benchmark_times_a_pass_for_each_node_count(capsys) -> None:
+    seconds = load_script("simulation_poll").main(["--nodes", "20", "60", "--messages", "10"])
+    assert list(seconds) == [20, 60] and all(s > 0 for s in seconds.values())
+    assert [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]] == ["20", "60"]

@@ -1,5 +1,6 @@
 """fedapp.flower.sampling on its own: the draw depends on (seed, round, salt) and partitions,
-never on node ids; held-out partitions never train; each node is asked its partition once."""
+never on node ids; held-out partitions never train; each node is asked its partition once,
+except in Flower's simulation, whose registration order gives the partitions."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from flwr.common import Code, Error, GetPropertiesRes, MessageTypeLegacy, Status
 from flwr.compat.common import recorddict_compat
 from flwr.server import SimpleClientManager
 from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.superlink.grid import InMemoryGrid
 
 from fedapp.config import resolve_run_config
 from fedapp.flower.driver import PartitionProxy
 from fedapp.flower.message_api import NodeProxy
-from fedapp.flower.sampling import PROPERTIES, ClientSampler
+from fedapp.flower.sampling import PROPERTIES, ClientSampler, registered_partitions
+from tests.paths import load_script
 
 
 class CountingProxy(PartitionProxy):
@@ -207,3 +210,50 @@ def test_a_grids_nodes_are_asked_their_partition_in_one_batch(proxy_of, caplog):
     assert "round 1: client 111 did not report its partition (RuntimeError('node crashed'))" in caplog.text
     sampler.sample(2, manager_of(proxies), 0.5, salt=0)
     assert grid.batches[1] == [110, 111]  # only the nodes that did not answer are asked again
+
+
+# The engine's own node registration on the grid a simulation's ServerApp gets.
+simulation_grid = load_script("simulation_poll").simulation_grid
+
+
+class CountingSimulationGrid(InMemoryGrid):
+    """An in-memory grid that counts the messages pushed through it."""
+
+    pushed = 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        CountingSimulationGrid.pushed += len(list(messages))
+        return []
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_a_simulations_nodes_are_not_asked_their_partition_their_registration_order_says_it():
+    """Flower's engine gives the i-th node it registers partition i (issue 25: asking 10,000
+    simulated nodes cost O(N²) in Flower's runtime)."""
+    grid, nodes_mapping = simulation_grid(40, CountingSimulationGrid)
+    assert registered_partitions(grid) == nodes_mapping
+    proxies = [GridClientProxy(node, grid, run_id=7) for node in grid.get_node_ids()]
+    sampler = ClientSampler(config(**{"num-partitions": 40, "held-out-fraction": 0.25}))
+    chosen = sampler.sample(1, manager_of(proxies), 0.25, salt=0)
+    assert CountingSimulationGrid.pushed == 0
+    assert sampler.partition_of == {str(node): partition for node, partition in nodes_mapping.items()}
+    assert not {sampler.partition_of[proxy.cid] for proxy in chosen} & sampler.held_out
+
+
+def test_a_grid_that_is_not_a_simulations_is_asked():
+    assert registered_partitions(RecordingGrid()) is None
+
+
+def test_a_reply_that_contradicts_the_registration_order_turns_the_inference_off(caplog):
+    sampler = ClientSampler(config())
+    sampler.partition_of = {"1": 0, "2": 1}
+    proxies = [PartitionProxy(0, "1"), PartitionProxy(1, "2")]
+    agreeing = [(proxies[0], GetPropertiesRes(Status(Code.OK, ""), {}))]  # no metrics: nothing to check
+    sampler.confirm(agreeing)
+    assert sampler.trust_registration
+    reply = type("Reply", (), {"metrics": {"partition_id": 5}})()
+    with caplog.at_level(logging.ERROR, logger="flwr.fedapp"):
+        sampler.split_held_out([(proxies[1], reply)])
+    assert not sampler.trust_registration
+    assert sampler.partition_of == {"2": 5}
+    assert "client 2 reports partition 5, not 1 as its registration order said" in caplog.text

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from flwr.app import RecordDict
+from safetensors.numpy import load_file
 
 from fedapp.client_app import flower_state_store
 from fedapp.errors import StateError
+from fedapp.models import MODEL_NAMES, build_model, seeded_model
 from fedapp.state import DiskStateStore, MemoryStateStore
 
 
@@ -42,7 +45,7 @@ def test_disk_store_survives_a_new_process_view(tmp_path):
     # A fresh store object (as after a restart) reads what was written.
     loaded = DiskStateStore(tmp_path, "run-a", 3).load("model")
     np.testing.assert_array_equal(loaded["b"], _arrays(2)["b"])
-    assert (tmp_path / "run-a" / "partition-3" / "model.npz").exists()
+    assert (tmp_path / "run-a" / "partition-3" / "model.safetensors").exists()
     # Keyed by run and partition: other keys see nothing.
     assert DiskStateStore(tmp_path, "run-b", 3).load("model") is None
     assert DiskStateStore(tmp_path, "run-a", 4).load("model") is None
@@ -51,9 +54,54 @@ def test_disk_store_survives_a_new_process_view(tmp_path):
 def test_disk_store_refuses_a_corrupt_file(tmp_path):
     store = DiskStateStore(tmp_path, "run", 0)
     store.save("model", _arrays(0))
-    store.path("model").write_bytes(b"not an npz")
+    store.path("model").write_bytes(b"not a safetensors file")
     with pytest.raises(StateError, match="unreadable"):
         store.load("model")
+
+
+def test_a_disk_store_reads_state_an_earlier_release_wrote_as_npz_and_replaces_it(tmp_path):
+    store = DiskStateStore(tmp_path, "run", 0)
+    store.directory.mkdir(parents=True)
+    np.savez(store.directory / "model.npz", **_arrays(5))  # what releases before safetensors wrote
+    np.testing.assert_array_equal(store.load("model")["w"], _arrays(5)["w"])
+    store.save("model", _arrays(6))
+    assert sorted(p.name for p in store.directory.iterdir()) == ["model.safetensors"]
+    np.testing.assert_array_equal(store.load("model")["w"], _arrays(6)["w"])
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_a_model_built_without_weights_and_given_stored_ones_is_the_model_that_was_stored(name):
+    from fedapp.params import named_arrays_to_state, state_to_named_arrays  # noqa: PLC0415
+
+    torch.manual_seed(7)
+    trained = build_model(name, 10)
+    stored = state_to_named_arrays(trained)
+    rng_before = torch.get_rng_state()
+    skeleton = seeded_model(name, 10, seed=3, materialise=False)
+    assert all(t.is_meta for t in skeleton.state_dict().values())
+    rng_skeleton = torch.get_rng_state()
+    torch.set_rng_state(rng_before)
+    seeded_model(name, 10, seed=3)
+    assert torch.equal(rng_skeleton, torch.get_rng_state())  # the RNG ends where building leaves it
+    named_arrays_to_state(skeleton, stored, assign=True)
+    trained.eval()
+    skeleton.eval()
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.equal(trained(x), skeleton(x))
+    assert all(isinstance(p, torch.nn.Parameter) and p.requires_grad for p in skeleton.parameters())
+    before = {k: v.copy() for k, v in stored.items()}
+    skeleton(x).sum().backward()
+    torch.optim.SGD(skeleton.parameters(), lr=1.0).step()
+    assert all(np.array_equal(before[k], stored[k]) for k in stored)  # the model owns copies
+
+
+def test_stored_state_that_lacks_a_tensor_is_refused_when_assigned():
+    from fedapp.params import PayloadError, named_arrays_to_state, state_to_named_arrays  # noqa: PLC0415
+
+    stored = state_to_named_arrays(build_model("cnn-5", 10))
+    stored.pop(next(iter(stored)))
+    with pytest.raises(PayloadError, match="stored state lacks"):
+        named_arrays_to_state(seeded_model("cnn-5", 10, seed=0, materialise=False), stored, assign=True)
 
 
 def test_a_scalar_buffer_stored_as_a_one_element_array_loads_back():
@@ -80,7 +128,7 @@ def test_a_disk_store_loads_only_its_own_runs_state_and_sets_another_runs_aside_
     assert rerun.load("model") is None
     assert rerun.owner() == {"run-token": "token-b"}
     aside = tmp_path / "run" / "partition-0.run-token-a"
-    np.testing.assert_array_equal(np.load(aside / "model.npz")["w"], _arrays(2)["w"])  # nothing lost
+    np.testing.assert_array_equal(load_file(aside / "model.safetensors")["w"], _arrays(2)["w"])  # nothing lost
 
 
 def test_state_of_no_recorded_run_is_set_aside_and_repeated_names_do_not_collide(tmp_path):
