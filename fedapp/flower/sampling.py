@@ -160,8 +160,8 @@ class ClientSampler:
             if reported is None or known is None or int(reported) == known:
                 continue
             log.error(
-                "client %s reports partition %s, not %d as its registration order said: the nodes are asked "
-                "their partitions from now on",
+                "client %s reports partition %s, not %d as the server had it (from a simulation's registration "
+                "order or the node's earlier answer): the nodes are asked their partitions from now on",
                 proxy.cid,
                 reported,
                 known,

@@ -204,6 +204,7 @@ def test_the_getting_started_stop_command_stops_only_the_local_superlink(tmp_pat
 
 RAY_TRIAL_HEADING = "### Try it on one machine"
 ACTIVE_RAY_NODE = re.compile(r"^ 1 node_[0-9a-f]{56}$", re.MULTILINE)  # a line of `ray status`'s "Active:" list
+NO_RAY_STATUS_YET = "No cluster status. It may take a few seconds for the Ray internal services to start up."
 
 
 def client_workers(root: int) -> dict[int, int]:
@@ -253,7 +254,10 @@ def test_the_ray_cluster_trial_runs_as_written_and_spreads_the_clients_over_both
     text = log.read_text(errors="replace")
     output = text[-6000:]
     assert trial.returncode == 0, output
-    assert len(ACTIVE_RAY_NODE.findall(text)) == 2, f"`ray status` did not list two active nodes:\n{output}"
+    # `ray status` reports the monitor's last refresh, which may predate the second node's start,
+    # or, on a busy machine, the monitor's first report (the docs say both).
+    listed = len(ACTIVE_RAY_NODE.findall(text))
+    assert listed in (1, 2) or NO_RAY_STATUS_YET in text, f"`ray status` reported no cluster:\n{output}"
     rows = read_metrics(work / "cluster-results" / "on-two-nodes" / "metrics.jsonl")
     assert [row["clients_fit"] for row in rows] == [10, 10], output
     assert len(raylets) == 2, f"client workers ran under {len(raylets)} Ray node(s), not both:\n{output}"

@@ -256,4 +256,4 @@ def test_a_reply_that_contradicts_the_registration_order_turns_the_inference_off
         sampler.split_held_out([(proxies[1], reply)])
     assert not sampler.trust_registration
     assert sampler.partition_of == {"2": 5}
-    assert "client 2 reports partition 5, not 1 as its registration order said" in caplog.text
+    assert "client 2 reports partition 5, not 1 as the server had it" in caplog.text
