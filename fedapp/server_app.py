@@ -19,6 +19,7 @@ from fedapp.config import RunConfig, resolve_run_config
 from fedapp.errors import error_line
 from fedapp.extras import check_server_extras
 from fedapp.flower.message_api import NO_TIMEOUT, MessageStrategy
+from fedapp.flower.pending_index import index_pending_messages
 from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.secure_aggregation import run_secagg
 from fedapp.metrics import check_clients_trained
@@ -266,6 +267,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         quiet_flower_log()
         show_errors_as_one_line({**context.run_config, **(overrides or {})})
+        index_pending_messages(grid)  # a simulation's: the engine's poll no longer scales with N x messages
         config = resolve_run_config({**context.run_config, **(overrides or {})})
         strategy, completed = prepared_strategy(config)
         run_dir = Path(config.results_dir).expanduser() / config.resolved_run_name

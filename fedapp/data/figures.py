@@ -117,18 +117,24 @@ def _draw_curve(ax: Axes, curve: Curve, panel: Panel) -> None:
         ax.fill_between(xs, low, high, where=np.isfinite(low) & np.isfinite(high), color=line.get_color(), alpha=0.2)
 
 
+def _has_point(line) -> bool:
+    """Whether ``line`` has a point to draw (accuracy is nan where no client had a test example)."""
+    return bool(np.any(np.isfinite(_floats(line.get_xdata())) & np.isfinite(_floats(line.get_ydata()))))
+
+
 def draw_panel(ax: Axes, panel: Panel) -> None:
     """Draw ``panel`` on ``ax``: its curves, band, target line, note, axes and legend."""
     from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - see the module docstring
 
     for curve in panel.curves:
         _draw_curve(ax, curve, panel)
+    has_points = any(_has_point(line) for line in ax.get_lines())
     if panel.target is not None and math.isfinite(panel.target):
         ax.axhline(panel.target, color="0.35", linestyle="-.", linewidth=1, label=f"target {panel.target:g}")
     if panel.x_axis == ROUND_AXIS:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    elif panel.x_axis == MB_AXIS and any(line.get_xdata().size for line in ax.get_lines()):
-        ax.set_xscale("log")
+    elif panel.x_axis == MB_AXIS and has_points:
+        ax.set_xscale("log")  # not without a point: matplotlib cannot place a log axis then
     if panel.note:  # in the middle of an empty panel, else along its bottom
         y, align = (0.03, "bottom") if panel.curves else (0.5, "center")
         ax.text(0.5, y, panel.note, transform=ax.transAxes, ha="center", va=align, fontsize=7, wrap=True)

@@ -61,6 +61,7 @@ from flwr.serverapp.strategy import Strategy
 from fedapp.config import RunConfig
 from fedapp.errors import ConfigError
 from fedapp.extras import check_server_extras
+from fedapp.flower.pending_index import index_pending_messages
 from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.sampling import PROPERTIES, reply_properties
 from fedapp.flower.strategy import FedAppStrategy
@@ -311,6 +312,7 @@ class MessageStrategy(Strategy):
 
     def _grid_nodes(self, grid: Grid) -> GridNodes:
         if self._nodes is None or self._nodes.grid is not grid:
+            index_pending_messages(grid)  # in a user's own ServerApp too (a simulation's grid only)
             self._nodes = GridNodes(grid)
         return self._nodes
 

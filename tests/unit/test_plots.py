@@ -167,3 +167,13 @@ def test_older_tuple_panels_still_save(tmp_path):
     assert path.read_bytes().startswith(PNG_MAGIC)
     figure = curves_figure([Panel("t", "round", [])])
     assert figure.axes[0].get_legend() is None  # nothing to explain: no empty legend box
+
+
+def test_a_run_without_any_accuracy_still_writes_its_figures(tmp_path):
+    """Clients with empty test splits (5 images each at 10,000 clients of CIFAR-10) report no
+    accuracy: every accuracy is nan, and the log-scaled MB axis has no point to place."""
+    nan = float("nan")
+    records = [round_record(r, acc_mean=nan, acc_worst=nan, acc_std=nan, mb_cumulative=15.7 * r) for r in (1, 2, 3)]
+    folder = recorded_rows(tmp_path, "no-accuracy", records, CONFIG)
+    for name in ("accuracy_vs_round.png", "accuracy_vs_mb.png"):
+        assert (folder / name).read_bytes().startswith(PNG_MAGIC)
