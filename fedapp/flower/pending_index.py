@@ -31,6 +31,9 @@ from flwr.superlink.grid import InMemoryGrid
 
 log = logging.getLogger("flwr.fedapp")
 
+#: What the index reads of Flower 1.42's ``InMemoryLinkState`` (its own ``get_message_ins`` reads them too).
+STATE_INTERNALS = ("lock", "message_ins_store", "_check_stored_messages")
+
 
 class PendingIndex:
     """``get_message_ins`` for ``state``, answered from an index of its undelivered messages.
@@ -94,6 +97,9 @@ def index_pending_messages(grid: Grid) -> bool:
         return False
     state = grid.state
     if not isinstance(state, InMemoryLinkState):
+        return False
+    if not all(hasattr(state, name) for name in STATE_INTERNALS):  # another Flower than 1.42's: its own scan
+        log.debug("simulation link state without %s: Flower's own get_message_ins kept", ", ".join(STATE_INTERNALS))
         return False
     current: Callable[..., list[Message]] = state.get_message_ins
     if isinstance(current, PendingIndex):

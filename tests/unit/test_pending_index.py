@@ -97,3 +97,10 @@ def test_only_a_simulations_grid_is_indexed_and_only_once():
     assert index_pending_messages(grid) and index_pending_messages(grid)
     assert isinstance(grid.state.get_message_ins, PendingIndex)
     assert not index_pending_messages(object())
+
+
+def test_a_state_without_the_internals_it_reads_keeps_flowers_own_scan():
+    grid, _ = poll_script.simulation_grid(3)
+    del grid.state.message_ins_store  # as in a Flower release that renamed it
+    assert not index_pending_messages(grid)
+    assert not isinstance(grid.state.get_message_ins, PendingIndex)
