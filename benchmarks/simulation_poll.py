@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> dict[int, tuple[float, float]]:
     parser.add_argument("--messages", type=int, default=100, help="messages stored (a round's instructions)")
     args = parser.parse_args(argv)
     seconds = {
-        n: (poll_pass_seconds(n, min(args.messages, n)), poll_pass_seconds(n, min(args.messages, n), indexed=True))
-        for n in args.nodes
+        n: tuple(poll_pass_seconds(n, min(args.messages, n), indexed=i) for i in (False, True)) for n in args.nodes
     }
     print(
         f"| nodes | one poll pass, {args.messages} messages stored: Flower's (ms) | share of a core "

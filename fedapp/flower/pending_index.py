@@ -21,7 +21,6 @@ pass) or its reply is pulled, not on any node's ask.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from flwr.app import Message
 from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
@@ -101,8 +100,7 @@ def index_pending_messages(grid: Grid) -> bool:
     if not all(hasattr(state, name) for name in STATE_INTERNALS):  # another Flower than 1.42's: its own scan
         log.debug("simulation link state without %s: Flower's own get_message_ins kept", ", ".join(STATE_INTERNALS))
         return False
-    current: Callable[..., list[Message]] = state.get_message_ins
-    if isinstance(current, PendingIndex):
+    if isinstance(state.get_message_ins, PendingIndex):
         return True
     # The engine looks the method up on every ask, so the instance's attribute takes over at once.
     state.get_message_ins = PendingIndex(state)  # type: ignore[method-assign]
