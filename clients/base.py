@@ -16,7 +16,6 @@ from fedapp.clientdata import ClientData
 from fedapp.config import RunConfig, client_model_names
 from fedapp.data.tensors import to_float_tensor
 from fedapp.errors import ModelError
-from fedapp.flops import model_forward_flops, train_step_flops
 from fedapp.models import seeded_model
 from fedapp.models.export import client_model_path, model_metadata, module_tensors, write_model_file
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
@@ -86,18 +85,6 @@ class FedAppClient(NumPyClient):
             image_size=self.config.image_size,
             materialise=materialise,
         )
-
-    def model_forward_flops(self, name: str | None = None) -> int:
-        """FLOPs of one forward pass of a zoo model (this client's by default) on one sample."""
-        return model_forward_flops(name or self.model_name, self.data.num_classes, self.config.image_size)
-
-    def model_step_flops(self, name: str | None = None) -> int:
-        """FLOPs of one plain training step of a zoo model on one sample."""
-        return train_step_flops(trained=self.model_forward_flops(name))
-
-    def epoch_samples(self, epochs: int | None = None) -> int:
-        """Samples one round of local training visits (for FLOP counts)."""
-        return len(self.data.train) * (self.config.local_epochs if epochs is None else epochs)
 
     def train_model(
         self,
@@ -214,16 +201,15 @@ class FedAppClient(NumPyClient):
         meta = self.store.load(f"{name}.meta")
         return 0 if meta is None else int(meta["rounds"][0])
 
-    def fit_metrics(
-        self, result: TrainResult, sample_flops: int = 0, epochs: int | None = None
-    ) -> dict[str, float | int]:
-        """Loss, identity and the round's training FLOPs (``sample_flops`` per sample-epoch)."""
+    def fit_metrics(self, result: TrainResult, extra_flops: int = 0) -> dict[str, float | int]:
+        """Loss, identity and the round's training FLOPs: ``result``'s (every step of the shared
+        loop, counted by :mod:`fedapp.flops`) plus ``extra_flops`` (other training work of the round)."""
         return {
             "train_loss": result.loss,
             "partition_id": self.partition_id,
             # Echoed so the server can refuse a reply meant for another round.
             **({} if self.trained_round is None else {"server_round": self.trained_round}),
-            "train_flops": sample_flops * self.epoch_samples(epochs),
+            "train_flops": result.flops + extra_flops,
         }
 
     def eval_metrics(self, result: EvalResult) -> dict[str, float | int]:

@@ -16,7 +16,7 @@ class FedAvgClient(FedAppClient):
         model = self.new_model()
         set_arrays(model, parameters)
         result = self.train_model(model, int(config["server-round"]))
-        return get_arrays(model), result.num_examples, self.fit_metrics(result, self.model_step_flops())
+        return get_arrays(model), result.num_examples, self.fit_metrics(result)
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         model = self.new_model()

@@ -22,7 +22,7 @@ class FedPerClient(FedAppClient):
         model = self._model(parameters)
         result = self.train_model(model, int(config["server-round"]))
         self.save_personal_model(model)
-        return get_arrays(BaseLayers(model)), result.num_examples, self.fit_metrics(result, self.model_step_flops())
+        return get_arrays(BaseLayers(model)), result.num_examples, self.fit_metrics(result)
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         return self._model(parameters)

@@ -8,7 +8,6 @@ from torch import nn
 
 from clients.visual_prompt import INPUTS, VisualPromptClient
 from fedapp.aggregation import Arrays
-from fedapp.flops import train_step_flops
 from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
 from fedapp.training import EvalResult, TensorData
@@ -32,8 +31,7 @@ class HeadFedAvgClient(VisualPromptClient):
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
         learner = self.learner(parameters)
         result = self.train_model(learner.head, int(config["server-round"]), data=self.features("train"))
-        sample_flops = train_step_flops(trained=2 * learner.shape.width * learner.num_classes)
-        return get_arrays(learner), result.num_examples, self.fit_metrics(result, sample_flops)
+        return get_arrays(learner), result.num_examples, self.fit_metrics(result)
 
     def inference_module(self, parameters: Arrays) -> PromptedViT:
         # No prompt layers: the bare backbone under the head, taking images like every visual-prompt model.

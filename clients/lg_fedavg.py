@@ -21,7 +21,7 @@ class LGFedAvgClient(FedAppClient):
         model = self._model(parameters)
         result = self.train_model(model, int(config["server-round"]))
         self.save_personal_model(model)
-        return get_arrays(model.head), result.num_examples, self.fit_metrics(result, self.model_step_flops())
+        return get_arrays(model.head), result.num_examples, self.fit_metrics(result)
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         # The personal representation under the global head.

@@ -30,8 +30,7 @@ class MutualClient(FedAppClient):
         pair = self._pair(parameters)
         result = self.train_model(pair, int(config["server-round"]), self.loss())
         self.save_personal_model(pair.local)
-        flops = self.model_step_flops() + self.model_step_flops(self.config.shared_model)
-        return get_arrays(pair.shared), result.num_examples, self.fit_metrics(result, flops)
+        return get_arrays(pair.shared), result.num_examples, self.fit_metrics(result)
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         # The private model is what the client predicts with; the shared one is scored beside it.

@@ -6,7 +6,7 @@ from torch import nn
 
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
-from fedapp.flops import train_step_flops
+from fedapp.flops import forward_flops
 from fedapp.methods.per_class import per_class_means
 from fedapp.training import LossFn
 
@@ -40,8 +40,8 @@ class PerClassClient(FedAppClient):
             model, self.statistic, self.data.train, self.data.num_classes, device=self.device
         )
         # Training plus one forward pass over the data for the statistics.
-        step = self.model_step_flops() + train_step_flops(frozen_off_path=self.model_forward_flops())
-        return [means, counts], result.num_examples, self.fit_metrics(result, step, epochs)
+        statistics = forward_flops(model, self.input_shape) * len(self.data.train)
+        return [means, counts], result.num_examples, self.fit_metrics(result, statistics)
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         return self.load_personal_model()

@@ -34,7 +34,7 @@ class PFedLoRAClient(FedAppClient):
             lambda module, loss_fn, params: self.train_model(module, server_round, loss_fn, params),
         )
         rounds = self.save_personal_model(net.model)
-        metrics = self.fit_metrics(result.model_step, pfedlora.sample_flops(net, self.input_shape))
+        metrics = self.fit_metrics(result.model_step, result.adapter_step.flops)
         metrics.update(adapter_loss=result.adapter_step.loss, personal_rounds=rounds)
         return get_arrays(net.adapter), result.model_step.num_examples, metrics
 

@@ -15,7 +15,7 @@ class StandaloneClient(FedAppClient):
         model = self.load_personal_model()
         result = self.train_model(model, int(config["server-round"]))
         rounds = self.save_personal_model(model)
-        return [], result.num_examples, {**self.fit_metrics(result, self.model_step_flops()), "personal_rounds": rounds}
+        return [], result.num_examples, {**self.fit_metrics(result), "personal_rounds": rounds}
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         return self.load_personal_model()

@@ -16,11 +16,10 @@ from torch import nn
 
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
-from fedapp.flops import train_step_flops
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import LoadedClip, load_open_clip
 from fedapp.models.image_features import ImageFeatureCache, clip_image_batch
-from fedapp.models.vpt import ClassMixer, PromptedViT, VisualPrompts, vit_forward_flops
+from fedapp.models.vpt import ClassMixer, PromptedViT, VisualPrompts
 from fedapp.params import set_arrays
 from fedapp.training import EvalResult, TensorData
 
@@ -64,12 +63,7 @@ class VisualPromptClient(FedAppClient):
     def train_prompted(self, model: PromptedViT, server_round: int) -> dict:
         """Train the prompts and head (the backbone is frozen); returns fit metrics."""
         result = self.train_model(model, server_round, params=model.prompts.parameters(), data=self.images("train"))
-        learner = model.prompts
-        forward = vit_forward_flops(learner.shape, learner.prompt_tokens, learner.num_classes)
-        head = 2 * learner.shape.width * learner.num_classes
-        # Prompts enter at layer 1, so gradients cross every frozen block.
-        step = train_step_flops(trained=head, frozen_on_path=forward - head)
-        return self.fit_metrics(result, sample_flops=step)
+        return self.fit_metrics(result)
 
     def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
         return self.test_model(module, self.images("test")), {}

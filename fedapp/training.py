@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.optim.sgd import sgd
 
 from fedapp.data.tensors import iterate_batches
+from fedapp.flops import training_flops
 
 # Flower's logger, as elsewhere in fedapp: it has a handler that prints INFO (the root logger drops it).
 log = logging.getLogger("flwr.fedapp")
@@ -40,11 +41,13 @@ class TensorData:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """Mean loss over the mini-batches of the last epoch, and how much was seen."""
+    """Mean loss over the mini-batches of the last epoch, how much was seen, and what it cost
+    (FLOPs of every step, forward and backward, counted by :func:`fedapp.flops.training_flops`)."""
 
     loss: float
     num_examples: int
     steps: int
+    flops: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,9 @@ def train(
             batches += 1
         steps += batches
         epoch_loss = total / max(batches, 1)
-    return TrainResult(loss=epoch_loss, num_examples=len(data), steps=steps)
+    # Counted after the loop on meta stand-ins: the training itself and its random stream are untouched.
+    flops = training_flops(model, loss_fn, data.x, data.y, batch_size=batch_size, epochs=epochs)
+    return TrainResult(loss=epoch_loss, num_examples=len(data), steps=steps, flops=flops)
 
 
 @torch.no_grad()

@@ -28,8 +28,15 @@ def distillation_kl(student_logits: Tensor, teacher_logits: Tensor, temperature:
     return F.kl_div(log_student, teacher, reduction="batchmean") * temperature**2
 
 
+def sample_distillation_kl(student_logits: Tensor, teacher_logits: Tensor, temperature: float) -> Tensor:
+    """:func:`distillation_kl` per sample (its batch mean is :func:`distillation_kl`)."""
+    log_student = F.log_softmax(student_logits / temperature, dim=1)
+    teacher = F.softmax(teacher_logits / temperature, dim=1)
+    return F.kl_div(log_student, teacher, reduction="none").sum(dim=1) * temperature**2
+
+
 def fd_loss(global_logits: np.ndarray, present: np.ndarray, weight: float, temperature: float) -> LossFn:
     """Cross-entropy plus distillation towards the global logits of each sample's class."""
     return class_distillation_loss(
-        global_logits, present, weight, lambda student, teacher: distillation_kl(student, teacher, temperature)
+        global_logits, present, weight, lambda student, teacher: sample_distillation_kl(student, teacher, temperature)
     )

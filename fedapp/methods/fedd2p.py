@@ -61,7 +61,8 @@ def knowledge_loss(knowledge: np.ndarray, present: np.ndarray, weight: float, te
     has knowledge (``present``); plain CE for the others."""
 
     def kl_to_knowledge(student: Tensor, teacher: Tensor) -> Tensor:
-        return F.kl_div(F.log_softmax(student / temperature, dim=1), teacher, reduction="batchmean")
+        # Per sample; class_distillation_loss takes the mean over the samples with knowledge.
+        return F.kl_div(F.log_softmax(student / temperature, dim=1), teacher, reduction="none").sum(dim=1)
 
     return class_distillation_loss(knowledge, present, weight, kl_to_knowledge)
 

@@ -79,22 +79,26 @@ def merge_per_class(
 def class_distillation_loss(
     teacher: np.ndarray, present: np.ndarray, weight: float, distil: Callable[[Tensor, Tensor], Tensor]
 ) -> LossFn:
-    """``CE(f(x), y) + weight * distil(f(x), teacher[y])`` over the samples whose class
-    has a teacher row (``present``); plain CE for the others.
+    """``CE(f(x), y) + weight * mean distil(f(x), teacher[y])``, the mean over the samples
+    whose class has a teacher row (``present``); plain CE when no sample's class has one.
 
     FD distils per-class mean logits, FedD2P the server's per-class distributions;
-    they differ only in ``distil(student_logits, teacher_rows)``.
+    they differ only in ``distil(student_logits, teacher_rows)``, which returns one value
+    per sample. The mean is a masked one (absent classes' rows are zeros, hence finite):
+    no data-dependent shape and no read of a value, so a GPU step does not wait on the
+    host and :mod:`fedapp.flops` can count the step.
     """
     rows = torch.as_tensor(teacher, dtype=torch.float32)
-    mask = torch.as_tensor(present, dtype=torch.bool)
+    mask = torch.as_tensor(present, dtype=torch.float32)
 
     def loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         out = model(x)
         ce = F.cross_entropy(out, y)
-        keep = mask.to(x.device)[y]
-        if weight == 0 or not keep.any():
+        if weight == 0:
             return ce
-        return ce + weight * distil(out[keep], rows.to(x.device)[y][keep])
+        keep = mask.to(x.device)[y]
+        per_sample = distil(out, rows.to(x.device)[y])
+        return ce + weight * (per_sample * keep).sum() / keep.sum().clamp(min=1)
 
     return loss
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedapp.flops import forward_flops, train_step_flops
 from fedapp.training import LossFn, TrainResult, frozen
 
 ADAPTER_KINDS = ("matrix", "direct")
@@ -92,13 +91,3 @@ def train_round(
         adapter_step = train(net, adapter_loss, list(net.adapter.parameters()))
     return RoundResult(model_step, adapter_step)
 
-
-def sample_flops(net: ModelWithAdapter, input_shape: tuple[int, ...]) -> int:
-    """Training FLOPs of both steps for one sample and one epoch each."""
-    model_fwd = forward_flops(net.model, input_shape)
-    adapter_fwd = forward_flops(net.adapter, (net.adapter.down.in_features,))
-    step1 = train_step_flops(trained=model_fwd, frozen_on_path=adapter_fwd)
-    head_fwd = forward_flops(net.model.head, (net.model.head.in_features,))
-    # Step 2 runs the encoder without gradients; the model's own head is not used.
-    step2 = train_step_flops(trained=adapter_fwd, frozen_off_path=model_fwd - head_fwd)
-    return step1 + step2

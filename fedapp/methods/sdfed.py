@@ -76,10 +76,11 @@ class Projector:
         return int(self.removed_directions.shape[0])
 
 
-def _check_prompt(prompt: Tensor, name: str) -> None:
+def _check_prompt(prompt: Tensor, name: str, *, values: bool = True) -> None:
     if prompt.ndim != 2:
         raise ModelError(f"{name} must be 2-D (length, width); got shape {tuple(prompt.shape)}")
-    if not bool(torch.isfinite(prompt).all()):
+    # Reading values waits for the device: done once a round, not in every training step.
+    if values and not bool(torch.isfinite(prompt).all()):
         raise ModelError(f"{name} contains NaN or infinite values")
 
 
@@ -187,12 +188,15 @@ def subspace_projector(
 def refine(local_prompt: Tensor, projector: Tensor) -> Tensor:
     """``G̃_c = G_c R``; gradients flow to ``local_prompt``.
 
+    Runs in every training step, so it checks shapes only; :func:`round_classifier`
+    checks the prompt's values once a round.
+
     Raises
     ------
     ModelError
-        If the prompt width does not match the projector's.
+        If the prompt is not 2-D or its width does not match the projector's.
     """
-    _check_prompt(local_prompt, "local prompt")
+    _check_prompt(local_prompt, "local prompt", values=False)
     if projector.shape != (local_prompt.shape[1], local_prompt.shape[1]):
         raise ModelError(
             f"local prompt width {local_prompt.shape[1]} does not match the projector's shape {tuple(projector.shape)}"
@@ -277,7 +281,7 @@ def sdfed_loss(
     labels: Tensor,
     logit_scale: Tensor | float,
     weights: SDFedWeights | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """SDFed's client objective ``CE + α L_str + β L_sep``.
 
     ``t^G`` encodes the classes with ``G_s``, ``t^L`` with ``G_c R``;
@@ -306,9 +310,10 @@ def sdfed_loss(
 
     Returns
     -------
-    tuple[Tensor, dict[str, float]]
+    tuple[Tensor, dict[str, Tensor]]
         The scalar loss, and ``loss``, ``ce``, ``retention``, ``separation``
-        as floats for logging.
+        as detached 0-d tensors on the features' device (``float()`` reads one;
+        on a GPU that read waits for the step, so the training loop does not).
     """
     weights = weights or SDFedWeights()
     refined = refine(local_ctx, projector)
@@ -324,7 +329,7 @@ def sdfed_loss(
     separation = separation_loss(d_local, encoder.encode_bare(global_ctx), weights.gamma)
     loss = ce + weights.alpha * retention + weights.beta * separation
     terms = {"loss": loss, "ce": ce, "retention": retention, "separation": separation}
-    return loss, {name: float(term.detach()) for name, term in terms.items()}
+    return loss, {name: term.detach() for name, term in terms.items()}
 
 
 class SDFedClassifier(nn.Module):
@@ -379,6 +384,13 @@ def round_classifier(
     projector_mode: str = "rank",
 ) -> SDFedClassifier:
     """One round's classifier: subspace refinement from the global prompt as received
-    (the projector is built once per round and held fixed), then both branches."""
+    (the projector is built once per round and held fixed), then both branches.
+
+    Raises
+    ------
+    ModelError
+        If either prompt is not 2-D or holds NaN or infinite values.
+    """
+    _check_prompt(local_context.context.detach(), "local prompt")
     projector = build_projector(global_context.context.detach(), lam=weights.lam, mode=projector_mode)
     return SDFedClassifier(encoder, global_context, local_context, projector.matrix, logit_scale)

@@ -107,6 +107,10 @@ class PromptTextEncoder(nn.Module):
         bare, bare_eot = self._embed_suffixes([""])
         self.register_buffer("bare_suffix", bare[:, 1:].clone(), persistent=False)
         self.register_buffer("bare_eot", bare_eot, persistent=False)
+        # Read once here, not per call: a read of a value is a host-device sync on a GPU.
+        self._longest_class = int(eot.argmax())
+        self._class_needed = int(eot[self._longest_class])  # its class tokens + "." + EOT
+        self._bare_needed = int(bare_eot[0])
 
     # ------------------------------------------------------------------ setup
     def _tokenize(self, texts: list[str]) -> Tensor:
@@ -184,7 +188,7 @@ class PromptTextEncoder(nn.Module):
             ``context_length - 2 - num_class_tokens`` (SOS and EOT take two).
         """
         if num_class_tokens is None:
-            num_class_tokens = int(self.class_eot.max()) - 1
+            num_class_tokens = self._class_needed - 1
         return self._context_length - 2 - int(num_class_tokens)
 
     # --------------------------------------------------------------- encoding
@@ -276,9 +280,8 @@ class PromptTextEncoder(nn.Module):
             If the width differs from :attr:`token_width`, or the context is
             so long that a class suffix would be cut off.
         """
-        longest = int(self.class_eot.argmax())
-        needed = int(self.class_eot[longest])  # class tokens + "." + EOT
-        self._check_context(context, needed, f"class {self._class_names[longest]!r}")
+        longest = self._longest_class
+        self._check_context(context, self._class_needed, f"class {self._class_names[longest]!r}")
         return self._encode(context, self.class_suffix, self.class_eot)
 
     def encode_bare(self, context: Tensor) -> Tensor:
@@ -299,7 +302,7 @@ class PromptTextEncoder(nn.Module):
         ModelError
             On a width mismatch or a context longer than ``context_length - 2``.
         """
-        self._check_context(context, int(self.bare_eot[0]), "the EOT token")
+        self._check_context(context, self._bare_needed, "the EOT token")
         return self._encode(context, self.bare_suffix, self.bare_eot)[0]
 
     def forward(self, context: Tensor) -> Tensor:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedapp.errors import ModelError
-from fedapp.models.clip import LoadedClip, _open_clip, _resolve_model_name, register_tiny_configs
+from fedapp.models.clip import LoadedClip, _open_clip, _resolve_model_name, open_clip_logging, register_tiny_configs
 
 __all__ = [
     "ClassMixer",
@@ -37,7 +37,6 @@ __all__ = [
     "VisualPrompts",
     "encode_prompt_tokens",
     "vision_tower_shape",
-    "vit_forward_flops",
 ]
 
 ClassMixer = Callable[[int, Tensor], Tensor]
@@ -73,7 +72,8 @@ def vision_tower_shape(model_name: str) -> VisionTowerShape:
     """
     register_tiny_configs()
     name = _resolve_model_name(model_name)
-    cfg = (_open_clip().get_model_config(name) or {}).get("vision_cfg", {})
+    with open_clip_logging():
+        cfg = (_open_clip().get_model_config(name) or {}).get("vision_cfg", {})
     layers = cfg.get("layers")
     if cfg.get("timm_model_name") or not isinstance(layers, int):
         raise ModelError(
@@ -89,18 +89,6 @@ def vision_tower_shape(model_name: str) -> VisionTowerShape:
         patch_size=int(cfg["patch_size"]),
         mlp_ratio=float(cfg.get("mlp_ratio", 4.0)),
     )
-
-
-def vit_forward_flops(shape: VisionTowerShape, prompt_tokens: int, num_classes: int) -> int:
-    """FLOPs of one prompted forward pass on one image (2 per multiply-accumulate).
-
-    Counts the patch embedding, every block's projections, MLP and attention
-    products with ``prompt_tokens`` extra tokens in the sequence, and the head.
-    """
-    d, tokens = shape.width, 1 + shape.num_patches + prompt_tokens
-    patch = shape.num_patches * 3 * shape.patch_size**2 * d
-    block = tokens * (4 * d * d + 2 * shape.mlp_ratio * d * d) + 2 * tokens * tokens * d
-    return int(2 * (patch + shape.layers * block + d * num_classes))
 
 
 def _prompt_init(shape: Sequence[int], width: int, patch_size: int, generator: torch.Generator) -> Tensor:

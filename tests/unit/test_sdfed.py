@@ -17,6 +17,7 @@ from fedapp.methods.sdfed import (
     refine,
     retention_loss,
     sdfed_logits,
+    round_classifier,
     sdfed_loss,
     separation_loss,
     subspace_projector,
@@ -145,6 +146,8 @@ def test_sdfed_loss_trains_both_prompts_only(clip: LoadedClip, encoder: PromptTe
     )
     assert torch.isfinite(loss) and loss.ndim == 0
     assert set(parts) == {"loss", "ce", "retention", "separation"}
+    assert all(part.ndim == 0 and not part.requires_grad for part in parts.values())
+    parts = {name: float(part) for name, part in parts.items()}
     assert parts["loss"] == pytest.approx(parts["ce"] + parts["retention"] + parts["separation"], rel=1e-5)
     loss.backward()
     for ctx in (global_ctx, local_ctx):
@@ -190,3 +193,15 @@ def test_local_lengths_stay_importable_from_sdfed_and_need_no_torch() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported == {"__future__", "re", "numpy", "fedapp.errors"}
+
+
+def test_round_classifier_refuses_a_local_prompt_that_is_not_finite(
+    clip: LoadedClip, encoder: PromptTextEncoder, width: int
+) -> None:
+    # refine() runs in every step and checks shapes only; the values are checked once a round.
+    local_ctx = PromptContext(4, width, generator=21)
+    with torch.no_grad():
+        local_ctx.context[1, 0] = float("nan")
+    refine(local_ctx.context, torch.eye(width))  # no read of values here
+    with pytest.raises(ModelError, match="local prompt contains NaN"):
+        round_classifier(encoder, PromptContext(8, width, generator=20), local_ctx, SDFedWeights(), 1.0)
