@@ -127,7 +127,16 @@ def _architecture(model: nn.Module, loss_fn: _LossFn, x: Tensor, y: Tensor) -> t
         for name, t in (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False))
     )
     loss = getattr(loss_fn, "__qualname__", type(loss_fn).__qualname__)
-    return (type(model).__qualname__, hash(repr(model)), tensors, loss, tuple(x.shape), x.dtype, tuple(y.shape), model.training)
+    return (
+        type(model).__qualname__,
+        hash(repr(model)),
+        tensors,
+        loss,
+        tuple(x.shape),
+        x.dtype,
+        tuple(y.shape),
+        model.training,
+    )
 
 
 def cached_step_flops(model: nn.Module, loss_fn: _LossFn, x: Tensor, y: Tensor) -> int:
@@ -165,4 +174,6 @@ def training_flops(model: nn.Module, loss_fn: _LossFn, x: Tensor, y: Tensor, *, 
 
 @functools.cache
 def _warn_uncounted(loss: str, why: str) -> None:
-    log.warning("training FLOPs of loss %s not counted (it cannot run on meta tensors: %s); train_flops is 0", loss, why)
+    log.warning(
+        "training FLOPs of loss %s not counted (it cannot run on meta tensors: %s); train_flops is 0", loss, why
+    )

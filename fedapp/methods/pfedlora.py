@@ -90,4 +90,3 @@ def train_round(
     with frozen(net.model):
         adapter_step = train(net, adapter_loss, list(net.adapter.parameters()))
     return RoundResult(model_step, adapter_step)
-

@@ -104,7 +104,8 @@ class _ToAppLog(logging.Handler):
     """Hands a root-logger record to the app's logger, marked as open_clip's."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        log.log(record.levelno, "open_clip: %s", record.getMessage())
+        if record.name == "root":  # not the app's own records, which reach the root logger too
+            log.log(record.levelno, "open_clip: %s", record.getMessage())
 
 
 @contextlib.contextmanager

@@ -1,0 +1,49 @@
+"""Every catalogued method, server and clients, on a stand-in GPU that refuses mixed devices.
+
+CI has no GPU. Run on ``tests/fake_device.py``'s stand-in, the in-process driver
+(the same strategies and clients a Flower run uses) takes every method through two
+rounds with ``device = "cuda"``: a tensor that our code makes on the CPU and feeds to
+a model, a loss or an optimiser on the GPU fails the run here as it would on a GPU
+(pFedLoRA's FLOP count did, on every client of every round, before issue 40). What
+the stand-in cannot see is in its module docstring; tests/gpu runs the real thing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from fedapp import training
+from fedapp.catalog import CATALOG
+from fedapp.inprocess import run_in_process
+from tests.fake_device import fake_accelerator
+
+BRIEF = {"num-partitions": 3, "num-rounds": 2, "batch-size": 16, "shots-per-class": 3, "min-clients": 2}
+BACKBONES = {"clip-vision": {"clip-model": "fedapp-tiny-vit"}}
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("method", sorted(CATALOG))
+def test_every_method_runs_on_the_stand_in_gpu_and_counts_its_flops(method, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="flwr.fedapp")
+    training._log_once.cache_clear()
+    overrides = {"method": method, "device": "cuda", **BRIEF, **BACKBONES.get(CATALOG[method].backbone, {})}
+    with fake_accelerator(monkeypatch):
+        history = run_in_process(overrides).history
+    training._log_once.cache_clear()
+    assert "device = cuda: using cuda:0 (fake accelerator (CPU))" in caplog.text
+    assert [record.round for record in history] == [1, 2]
+    for record in history:
+        assert record.clients_failed == 0 and record.clients_evaluated == BRIEF["num-partitions"]
+        # Every method's training FLOPs come from the one counter (fedapp/flops.py).
+        assert record.train_flops_round > 0, f"{method} reported no training FLOPs in round {record.round}"
+    assert "not counted" not in caplog.text
