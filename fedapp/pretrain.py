@@ -46,7 +46,7 @@ from fedapp.data.arrays import ArrayDataset, write_atomically
 from fedapp.data.reserve import reserve_parts
 from fedapp.data.splits import split_stratified
 from fedapp.errors import DataError, ModelError
-from fedapp.models.clip import LoadedClip, register_tiny_configs
+from fedapp.models.clip import LoadedClip, open_clip_logging, register_tiny_configs
 from fedapp.models.image_features import clip_image_batch, encode_images
 from fedapp.models.text_prompt import class_phrase
 
@@ -68,6 +68,7 @@ CAPTION_TEMPLATES: tuple[str, ...] = (
 )
 """Caption templates, from CLIP's CIFAR-10 prompt set; zero-shot uses their ensemble."""
 
+PRECISIONS = ("fp32", "bf16")
 _FORMAT = 1  # bump when the training recipe changes, so old cache keys stop matching
 _CURVE_SHARE = 0.05  # of the pretraining images, kept back for the training curve
 
@@ -87,8 +88,12 @@ class PretrainSettings:
     reserve_seed: int = 0
     seed: int = 0
     templates: tuple[str, ...] = CAPTION_TEMPLATES
+    precision: str = "fp32"
+    """``"bf16"``: forward passes under bfloat16 autocast (the weights and optimiser stay fp32)."""
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ModelError(f"pretraining precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.epochs < 1 or self.batch_size < 2:
             raise ModelError(f"epochs must be >= 1 and batch size >= 2, got {self.epochs} and {self.batch_size}")
         if not self.templates or any("{c}" not in t for t in self.templates):
@@ -117,11 +122,14 @@ def data_digest(source: ArrayDataset) -> str:
 
 def cache_key(settings: PretrainSettings, model_config: dict[str, Any], digest: str) -> str:
     """Identity of a pretraining run: recipe version, model config, data and settings."""
-    payload = {"format": _FORMAT, "config": model_config, "data": digest, "settings": asdict(settings)}
+    recipe = asdict(settings)
+    if recipe["precision"] == "fp32":
+        del recipe["precision"]  # the recipe before bf16 existed: its checkpoints keep their keys
+    payload = {"format": _FORMAT, "config": model_config, "data": digest, "settings": recipe}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _build(settings: PretrainSettings) -> tuple[LoadedClip, dict[str, Any]]:
+def _build(settings: PretrainSettings, device: torch.device) -> tuple[LoadedClip, dict[str, Any]]:
     register_tiny_configs()
     import open_clip  # noqa: PLC0415 - only pretraining and CLIP clients need it
 
@@ -129,7 +137,9 @@ def _build(settings: PretrainSettings) -> tuple[LoadedClip, dict[str, Any]]:
     if config is None:
         raise ModelError(f"unknown open_clip model {settings.model_name!r}")
     torch.manual_seed(settings.seed)
-    model, _, preprocess = open_clip.create_model_and_transforms(settings.model_name)
+    with open_clip_logging():
+        model, _, preprocess = open_clip.create_model_and_transforms(settings.model_name)
+    model.to(device)  # initialised on the CPU from the seed, so every device starts from the same weights
     clip = LoadedClip(
         model=model,
         preprocess=preprocess,
@@ -144,14 +154,20 @@ def _build(settings: PretrainSettings) -> tuple[LoadedClip, dict[str, Any]]:
 
 
 def _augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Random crops of the 4-pixel reflection-padded images, and horizontal flips."""
+    """Random crops of the 4-pixel reflection-padded images, and horizontal flips.
+
+    The draws come from ``generator`` (on the CPU, so every device draws the same ones);
+    the crops and flips are gathered where ``x`` is, in one indexing op for the batch.
+    """
     n, _, h, w = x.shape
     padded = F.pad(x, (4, 4, 4, 4), mode="reflect")
-    offsets = torch.randint(0, 9, (n, 2), generator=generator).tolist()
-    cropped = torch.stack([padded[i, :, y : y + h, x : x + w] for i, (y, x) in enumerate(offsets)])
-    flip = torch.rand(n, generator=generator) < 0.5
-    cropped[flip] = cropped[flip].flip(-1)
-    return cropped
+    offsets = torch.randint(0, 9, (n, 2), generator=generator).to(x.device)
+    flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+    rows = offsets[:, :1] + torch.arange(h, device=x.device)  # (n, h)
+    cols = offsets[:, 1:] + torch.arange(w, device=x.device)  # (n, w)
+    batch = torch.arange(n, device=x.device)[:, None, None]
+    cropped = padded[batch, :, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)  # (n, h, w, c) -> (n, c, h, w)
+    return torch.where(flip[:, None, None, None], cropped.flip(-1), cropped).contiguous()
 
 
 def _tokens(clip: LoadedClip, class_names: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
@@ -177,7 +193,8 @@ def class_text_features(
     clip: LoadedClip, class_names: Sequence[str], templates: Sequence[str] = CAPTION_TEMPLATES
 ) -> torch.Tensor:
     """One unit vector per class: the normalised mean of its captions' features (CLIP's ensemble)."""
-    features = F.normalize(clip.model.encode_text(_tokens(clip, class_names, templates)).float(), dim=-1)
+    tokens = _tokens(clip, class_names, templates).to(clip.model.positional_embedding.device)
+    features = F.normalize(clip.model.encode_text(tokens).float(), dim=-1)
     per_class = features.view(len(templates), len(class_names), -1).mean(dim=0)
     return F.normalize(per_class, dim=-1)
 
@@ -197,7 +214,7 @@ def zero_shot_accuracy(
     clip.model.eval()
     try:
         text = class_text_features(clip, class_names, templates)
-        predicted = (encode_images(clip, images) @ text.T).argmax(dim=1).numpy()
+        predicted = (encode_images(clip, images) @ text.T).argmax(dim=1).cpu().numpy()
     finally:
         clip.model.train(was_training)
     return float(np.mean(predicted == labels))
@@ -268,7 +285,8 @@ def _resume(partial: Path, key: str, model: torch.nn.Module, optimizer: torch.op
     """The curve so far and the epoch to start at, restoring model and optimizer from ``partial`` if it exists."""
     if not partial.exists():
         return [], 0
-    state = torch.load(partial, weights_only=False)
+    # Tensors, numbers, strings and lists only: read without unpickling code, onto the model's device.
+    state = torch.load(partial, map_location=next(model.parameters()).device, weights_only=True)
     if state.get("key") != key:
         raise ModelError(f"{partial} holds an unfinished run of other settings; remove it or pass another --out")
     model.load_state_dict(state["model"])
@@ -283,17 +301,25 @@ def _batch_loss(
     batch: np.ndarray,
     template_ids: np.ndarray,
     generator: torch.Generator,
+    precision: str = "fp32",
 ) -> torch.Tensor:
     """The loss of one batch of augmented images, image ``i`` paired with its class's caption from template
     ``template_ids[i]``."""
     model = clip.model
+    device = model.logit_scale.device
     labels = torch.as_tensor(source.labels[batch])
     captions = template_ids * source.num_classes + labels.numpy()
     unique, inverse = np.unique(captions, return_inverse=True)
-    images = _augment(clip_image_batch(source.images[batch], clip), generator)
-    image_features = F.normalize(model.encode_image(images), dim=-1)
-    text_features = F.normalize(model.encode_text(tokens[torch.as_tensor(unique)]), dim=-1)
-    return _multi_positive_loss(image_features, text_features[torch.as_tensor(inverse)], labels, model.logit_scale)
+    images = _augment(clip_image_batch(source.images[batch], clip, device=device), generator)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        image_features = F.normalize(model.encode_image(images), dim=-1)
+        text_features = F.normalize(model.encode_text(tokens[torch.as_tensor(unique)].to(device)), dim=-1)
+    return _multi_positive_loss(
+        image_features.float(),
+        text_features.float()[torch.as_tensor(inverse, device=device)],
+        labels.to(device),
+        model.logit_scale,
+    )
 
 
 def _train_epoch(
@@ -320,14 +346,14 @@ def _train_epoch(
         for group in optimizer.param_groups:
             group["lr"] = _lr_at(epoch * steps_per_epoch + step, total_steps, warmup, settings.lr)
         template_ids = rng.integers(len(settings.templates), size=len(batch))  # a random caption per image
-        loss = _batch_loss(clip, tokens, source, batch, template_ids, generator)
+        loss = _batch_loss(clip, tokens, source, batch, template_ids, generator, settings.precision)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         with torch.no_grad():
             clip.model.logit_scale.clamp_(0, math.log(100))
-        losses.append(float(loss.detach()))
-    return float(np.mean(losses))
+        losses.append(loss.detach())  # read once an epoch: a read per step waits for a GPU
+    return float(torch.stack(losses).double().mean())
 
 
 def _train(
@@ -361,7 +387,8 @@ def _train(
 
 def _write_checkpoint(out: Path, clip: LoadedClip, meta: dict[str, Any]) -> None:
     """The model's state dict at ``out`` (as open_clip loads it) and ``meta`` in the sidecar beside it."""
-    state_dict = {name: tensor.detach().clone() for name, tensor in clip.model.state_dict().items()}
+    # On the CPU whatever device trained it: the same file open_clip loads anywhere.
+    state_dict = {name: tensor.detach().to("cpu", copy=True) for name, tensor in clip.model.state_dict().items()}
     write_atomically(out, lambda handle: torch.save({"state_dict": state_dict}, handle))
     write_atomically(_sidecar(out), lambda handle: handle.write(json.dumps(meta, indent=2).encode()))
 
@@ -373,6 +400,7 @@ def pretrain_clip(
     *,
     cache_dir: Path | None = None,
     on_epoch: Callable[[dict[str, float | None]], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> PretrainResult:
     """Pretrain ``settings.model_name`` on the reserve's pretraining part of ``source``.
 
@@ -391,6 +419,8 @@ def pretrain_clip(
         Needed when ``out`` is not given.
     on_epoch : callable, optional
         Called after every epoch with that epoch's row of the curve (progress).
+    device : torch.device or str, default "cpu"
+        Where to train; the checkpoint is written from the CPU either way (same format).
 
     Returns
     -------
@@ -405,7 +435,7 @@ def pretrain_clip(
     DataError
         If the carve leaves a class without pretraining images.
     """
-    clip, model_config = _build(settings)
+    clip, model_config = _build(settings, torch.device(device))
     key = cache_key(settings, model_config, data_digest(source))
     if out is None:
         if cache_dir is None:

@@ -54,7 +54,9 @@ def _check_images(images_uint8: np.ndarray) -> np.ndarray:
     return array
 
 
-def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip, *, resize: bool = True) -> Tensor:
+def clip_image_batch(
+    images_uint8: np.ndarray, clip: LoadedClip, *, resize: bool = True, device: torch.device | str | None = None
+) -> Tensor:
     """Turn ``uint8`` images into the model's normalised input.
 
     Images are resized (bilinear, no crop) to the model's image size and
@@ -68,11 +70,16 @@ def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip, *, resize: bool
         ``(N, H, W, 3)`` ``uint8`` images.
     clip : LoadedClip
         The model whose input size and statistics to use.
+    resize : bool, default True
+        Resize to the model's input size.
+    device : torch.device or str, optional
+        Where to prepare them (default the CPU): the ``uint8`` images go there first, so a
+        GPU receives a quarter of the bytes and resizes and normalises them itself.
 
     Returns
     -------
     Tensor
-        ``(N, 3, S_h, S_w)`` float32 on the CPU.
+        ``(N, 3, S_h, S_w)`` float32 on ``device``.
 
     Raises
     ------
@@ -80,15 +87,15 @@ def clip_image_batch(images_uint8: np.ndarray, clip: LoadedClip, *, resize: bool
         If the array is not ``uint8`` of shape ``(N, H, W, 3)``.
     """
     array = _check_images(images_uint8)
-    x = torch.from_numpy(np.ascontiguousarray(array)).permute(0, 3, 1, 2).float().div_(255.0)
+    x = torch.from_numpy(np.ascontiguousarray(array)).to(device or "cpu").permute(0, 3, 1, 2).float().div_(255.0)
     size = _image_size(clip)
     if resize and tuple(x.shape[-2:]) != size and x.shape[0] > 0:
         # Antialias when shrinking, as PIL does in open_clip's own transform.
         shrink = size[0] < x.shape[-2] or size[1] < x.shape[-1]
         x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=shrink)
     mean, std = _mean_std(clip)
-    mean_t = torch.tensor(mean, dtype=x.dtype).view(1, 3, 1, 1)
-    std_t = torch.tensor(std, dtype=x.dtype).view(1, 3, 1, 1)
+    mean_t = torch.tensor(mean, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    std_t = torch.tensor(std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
     return (x - mean_t) / std_t
 
 
@@ -129,7 +136,7 @@ def encode_images(
     target = torch.device(device) if device is not None else param.device
     chunks = []
     for start in range(0, len(images), batch_size):
-        x = clip_image_batch(images[start : start + batch_size], clip)
+        x = clip_image_batch(images[start : start + batch_size], clip, device=target)
         # Not param.dtype: a ViT's first parameter (class_embedding) stays float32 under fp16/bf16.
         features = clip.model.encode_image(x.to(device=target, dtype=clip.compute_dtype))
         chunks.append(F.normalize(features.float(), dim=-1))

@@ -30,6 +30,7 @@ def test_pretrain_clip_cli_writes_checkpoint_curve_and_plot_then_reuses_them(tmp
     argv += ["--batch-size", "8", "--cache-dir", str(tmp_path / "cache")]
     assert script.main(argv) == 0
     printed = capsys.readouterr().out
+    assert "pretraining fedapp-tiny-clip on cpu in fp32" in printed  # --device auto, no GPU here
     assert "epoch   1/1" in printed and "checkpoint written" in printed
     for suffix in ("", ".json", ".png"):
         assert Path(f"{out}{suffix}").is_file()

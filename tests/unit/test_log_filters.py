@@ -179,3 +179,31 @@ def test_the_message_apis_start_logs_only_our_lines(flower_logger_state):
         "round 1/2 | acc mean 0.5",
         "round 2/2 | acc mean 0.5",
     ]
+
+
+def test_open_clips_root_logger_lines_reach_the_app_log_and_leave_the_root_logger_unconfigured():
+    """open_clip logs through the root logger; a root logger without handlers then configures
+    itself, and every later line of the app's logger printed twice (FedD2P's GPU run:
+    ``INFO :`` and ``INFO:flwr.fedapp:``). Loading a backbone forwards open_clip's lines instead."""
+    from fedapp.models import TINY_CLIP  # noqa: PLC0415 - only this test needs open_clip
+    from fedapp.models.clip import _load_cached, register_tiny_configs  # noqa: PLC0415
+
+    register_tiny_configs()
+    root, app = logging.getLogger(), logging.getLogger("flwr.fedapp")
+    seen = io.StringIO()
+    handler = logging.StreamHandler(seen)
+    saved = root.handlers[:]
+    for existing in saved:  # as in a ServerApp process, where nothing configured the root logger
+        root.removeHandler(existing)
+    app.addHandler(handler)
+    try:
+        _load_cached.__wrapped__(TINY_CLIP, "", "cpu", "fp32")  # random init: open_clip warns through root
+        assert root.handlers == []
+    finally:
+        app.removeHandler(handler)
+        for existing in saved:
+            root.addHandler(existing)
+    assert (
+        seen.getvalue()
+        == "open_clip: No pretrained weights loaded for model 'fedapp-tiny-clip'. Model initialized randomly.\n"
+    )

@@ -119,12 +119,59 @@ def test_pretraining_trains_only_on_the_reserved_pretraining_images(
     trained_on: set[int] = set()
     real = pretrain_module.clip_image_batch
 
-    def recording(images: np.ndarray, clip):
+    def recording(images: np.ndarray, clip, **options):
         trained_on.update(int(a) * 256 + int(b) for a, b in zip(images[:, 0, 0, 0], images[:, 0, 1, 0], strict=True))
-        return real(images, clip)
+        return real(images, clip, **options)
 
     monkeypatch.setattr(pretrain_module, "clip_image_batch", recording)
     pretrain_clip(source, PretrainSettings(**{**SETTINGS.__dict__, "epochs": 1}), cache_dir=tmp_path)
     # Everything it trained on is pretraining data; the 5% curve slice of that part is held back.
     assert trained_on <= set(parts.pretrain.tolist())
     assert len(trained_on) >= 0.9 * len(parts.pretrain)
+
+
+def test_augmentation_is_the_per_image_crop_and_flip_gathered_in_one_op() -> None:
+    x = torch.randn(6, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    gathered = pretrain_module._augment(x, torch.Generator().manual_seed(2))
+    # The recipe as it was written image by image, with the same draws.
+    generator = torch.Generator().manual_seed(2)
+    padded = torch.nn.functional.pad(x, (4, 4, 4, 4), mode="reflect")
+    offsets = torch.randint(0, 9, (6, 2), generator=generator).tolist()
+    expected = torch.stack([padded[i, :, r : r + 8, c : c + 8] for i, (r, c) in enumerate(offsets)])
+    flip = torch.rand(6, generator=generator) < 0.5
+    expected[flip] = expected[flip].flip(-1)
+    assert torch.equal(gathered, expected)
+
+
+def test_bf16_is_part_of_the_recipe_and_fp32_keeps_the_keys_it_had() -> None:
+    config, digest = {"embed_dim": 8}, "d" * 64
+    bf16 = PretrainSettings(**{**SETTINGS.__dict__, "precision": "bf16"})
+    before_bf16 = {key: value for key, value in SETTINGS.__dict__.items() if key != "precision"}
+    payload = {"format": 1, "config": config, "data": digest, "settings": before_bf16}
+    old_key = pretrain_module.hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+    assert pretrain_module.cache_key(SETTINGS, config, digest) == old_key
+    assert pretrain_module.cache_key(bf16, config, digest) != old_key
+    with pytest.raises(ModelError, match="precision 'fp16' is not one of fp32, bf16"):
+        PretrainSettings(model_name=TINY_CLIP, precision="fp16")
+
+
+def test_pretraining_on_a_gpu_keeps_every_tensor_on_it_and_writes_a_cpu_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.fake_device import fake_accelerator  # noqa: PLC0415 - the stand-in GPU of the placement checks
+
+    settings = PretrainSettings(**{**SETTINGS.__dict__, "epochs": 1})
+    with fake_accelerator(monkeypatch) as gpu:
+        result = pretrain_clip(_coloured_images(10), settings, tmp_path / "clip.pt", device=gpu)
+    state = torch.load(result.checkpoint, weights_only=True)["state_dict"]
+    assert all(tensor.device.type == "cpu" and tensor.dtype == torch.float32 for tensor in state.values())
+    clear_clip_cache()
+    assert load_open_clip(TINY_CLIP, str(result.checkpoint)).model.logit_scale.device.type == "cpu"
+
+
+def test_bf16_pretraining_runs_and_keeps_fp32_weights(tmp_path: Path) -> None:
+    settings = PretrainSettings(**{**SETTINGS.__dict__, "epochs": 1, "precision": "bf16"})
+    result = pretrain_clip(_coloured_images(10), settings, tmp_path / "clip.pt")
+    assert np.isfinite(result.curve[0]["loss"])
+    state = torch.load(result.checkpoint, weights_only=True)["state_dict"]
+    assert {tensor.dtype for tensor in state.values() if tensor.is_floating_point()} == {torch.float32}

@@ -20,3 +20,16 @@ def test_a_unit_test_cannot_start_a_process():
 def test_unit_tests_carry_the_unit_marker(request):
     assert request.node.get_closest_marker("unit") is not None
     assert request.node.get_closest_marker("system") is None
+
+
+def test_a_librarys_own_probe_of_the_machine_is_let_through():
+    """ctypes.util.find_library runs ldconfig (torch and triton do the same on a GPU machine to
+    find CUDA's libraries): such a probe is not the test starting a process, and is let through."""
+    ctypes_util = pytest.importorskip("ctypes.util")
+    ctypes_util.find_library("m")  # refused before issue 40's change when it starts ldconfig
+    probe = {"__name__": "torch.cuda._probe", "subprocess": subprocess}
+    exec("result = subprocess.run(['true'], check=False)", probe)  # as if torch ran it
+    assert probe["result"].returncode == 0
+    ours = {"__name__": "fedapp.launch", "subprocess": subprocess}
+    with pytest.raises(ProcessStartRefused):
+        exec("subprocess.run(['true'], check=False)", ours)
