@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         source = load_source("imagefolder", data_dir=args.data, image_size=args.image_size, cache_dir=args.cache_dir)
         print(
-            f"{len(source):,} images, {source.num_classes} classes; pretraining {args.model} on {device} in {precision}",
+            f"{len(source):,} images, {source.num_classes} classes; "
+            f"pretraining {args.model} on {device} in {precision}",
             flush=True,
         )
         started, epochs_here = time.perf_counter(), []
