@@ -2,7 +2,9 @@
 
 The suite has three tiers, one folder each (``tests/unit``, ``tests/integration``,
 ``tests/system``); every test gets its folder's marker, so ``-m unit`` and
-``tests/unit`` select the same tests.
+``tests/unit`` select the same tests. A fourth, ``tests/gpu``, runs on a machine with
+a CUDA device only (``python -m pytest -q tests/gpu``; it is not in the default run,
+and without CUDA it is one skipped line).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # Several workers share the cores: one compute thread each (and in the processes they start),
     # set before torch is first imported, so that they do not oversubscribe the CPUs.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-TIERS = ("unit", "integration", "system")
+TIERS = ("unit", "integration", "system", "gpu")
 
 
 # Modules whose tests use Flower's fixed local-SuperLink port (39091: a plain `flwr run`, or a

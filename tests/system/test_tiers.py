@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -38,3 +39,26 @@ def test_the_readmes_tier_commands_split_the_suite_by_folder():
         assert all(node.startswith(f"{folder}/") for node in tiers[tier])
     assert set.union(*tiers.values()) == everything
     assert sum(len(nodes) for nodes in tiers.values()) == len(everything)
+
+
+def test_the_gpu_tier_is_one_skipped_line_without_cuda():
+    """``python -m pytest -q tests/gpu`` on a machine (or in a process) without a visible CUDA
+    device: nothing runs, and the whole tier is one line that says why. pytest's exit status is
+    5 (no tests ran), so a GPU machine whose CUDA is hidden does not pass for one that ran the tier."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert done.returncode == 5, done.stdout[-2000:] + done.stderr[-2000:]
+    skipped = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert skipped == [
+        "SKIPPED [1] tests/gpu/test_on_gpu.py:28: no CUDA device visible: "
+        "the GPU tier runs on a GPU machine (tests/gpu/run_on_device.sh)"
+    ]
+    assert done.stdout.rstrip().splitlines()[-1].startswith("1 skipped in ")
+    assert "tests/gpu" not in collected()  # not in the default run: CI has no GPU
