@@ -65,7 +65,7 @@ def _plot(curve: list[dict[str, float | None]], accuracy: float, path: Path, tit
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="ImageFolder folder or .tar.gz (all of the source's images)")
     parser.add_argument("--out", help="checkpoint path (default: <cache-dir>/pretrained/<model>-<key>.pt)")
@@ -88,7 +88,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache-dir", default="", help="decoded images and default checkpoints (default ~/.cache/fedapp)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+class _Progress:
+    """Prints one line per epoch: loss, held-back zero-shot accuracy, the epoch's seconds, ETA."""
+
+    def __init__(self, epochs: int) -> None:
+        self.epochs, self.started, self.finished = epochs, time.perf_counter(), []
+
+    def __call__(self, row: dict[str, float | None]) -> None:
+        now = time.perf_counter()
+        epoch_seconds = now - (self.finished[-1] if self.finished else self.started)
+        self.finished.append(now)
+        eta = (now - self.started) / len(self.finished) * (self.epochs - row["epoch"])
+        held_back = "—" if row["curve_zero_shot"] is None else f"{row['curve_zero_shot']:.4f}"
+        print(
+            f"epoch {row['epoch']:>3}/{self.epochs}  loss {row['loss']:.4f}  "
+            f"zero-shot (held back) {held_back}  {epoch_seconds:.1f} s (with the held-back check)  "
+            f"ETA {eta / 60:.1f} min",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     device = select_device(args.device)
     precision = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
     try:
@@ -109,27 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             f"pretraining {args.model} on {device} in {precision}",
             flush=True,
         )
-        started, epochs_here = time.perf_counter(), []
-
-        def progress(row: dict[str, float | None]) -> None:
-            now = time.perf_counter()
-            epoch_seconds = now - (epochs_here[-1] if epochs_here else started)
-            epochs_here.append(now)
-            eta = (now - started) / len(epochs_here) * (args.epochs - row["epoch"])
-            held_back = "—" if row["curve_zero_shot"] is None else f"{row['curve_zero_shot']:.4f}"
-            print(
-                f"epoch {row['epoch']:>3}/{args.epochs}  loss {row['loss']:.4f}  "
-                f"zero-shot (held back) {held_back}  {epoch_seconds:.1f} s (with the held-back check)  "
-                f"ETA {eta / 60:.1f} min",
-                flush=True,
-            )
-
         result = pretrain_clip(
             source,
             settings,
             Path(args.out) if args.out else None,
             cache_dir=resolve_cache_dir(args.cache_dir),
-            on_epoch=progress,
+            on_epoch=_Progress(args.epochs),
             device=device,
         )
     except (FedAppError, OSError) as err:

@@ -46,8 +46,9 @@ from fedapp.data.arrays import ArrayDataset, write_atomically
 from fedapp.data.reserve import reserve_parts
 from fedapp.data.splits import split_stratified
 from fedapp.errors import DataError, ModelError
-from fedapp.models.clip import LoadedClip, open_clip_logging, register_tiny_configs
+from fedapp.models.clip import LoadedClip, register_tiny_configs
 from fedapp.models.image_features import clip_image_batch, encode_images
+from fedapp.models.open_clip_log import open_clip_logging
 from fedapp.models.text_prompt import class_phrase
 
 __all__ = ["CAPTION_TEMPLATES", "PretrainResult", "PretrainSettings", "pretrain_clip", "zero_shot_accuracy"]
@@ -420,7 +421,7 @@ def pretrain_clip(
     on_epoch : callable, optional
         Called after every epoch with that epoch's row of the curve (progress).
     device : torch.device or str, default "cpu"
-        Where to train; the checkpoint is written from the CPU either way (same format).
+        Where to train (the checkpoint is the same file from any device).
 
     Returns
     -------
@@ -437,11 +438,9 @@ def pretrain_clip(
     """
     clip, model_config = _build(settings, torch.device(device))
     key = cache_key(settings, model_config, data_digest(source))
-    if out is None:
-        if cache_dir is None:
-            raise ModelError("pretrain_clip needs an output path or a cache folder")
-        out = default_checkpoint(cache_dir, settings.model_name, key)
-    out = Path(out)
+    if out is None and cache_dir is None:
+        raise ModelError("pretrain_clip needs an output path or a cache folder")
+    out = Path(out) if out is not None else default_checkpoint(cache_dir, settings.model_name, key)
     finished = _finished_result(out, key)
     if finished is not None:
         return finished

@@ -17,13 +17,13 @@ run in milliseconds on CPU, for tests and smoke runs.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from fedapp.errors import ModelError
+from fedapp.models.open_clip_log import open_clip_logging
 
 if TYPE_CHECKING:
     from open_clip.model import CLIP
@@ -98,34 +99,6 @@ def _open_clip() -> ModuleType:
     import open_clip  # noqa: PLC0415
 
     return open_clip
-
-
-class _ToAppLog(logging.Handler):
-    """Hands a root-logger record to the app's logger, marked as open_clip's."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.name == "root":  # not the app's own records, which reach the root logger too
-            log.log(record.levelno, "open_clip: %s", record.getMessage())
-
-
-@contextlib.contextmanager
-def open_clip_logging() -> Iterator[None]:
-    """Inside the block, what open_clip logs reaches the app's log, in Flower's format.
-
-    open_clip logs through the root logger (``logging.warning(...)``), and a root
-    logger without handlers then configures itself (``logging.basicConfig``): from
-    that moment every line of the app's logger printed twice, once through Flower's
-    handler and once as ``INFO:flwr.fedapp:...`` (seen on FedD2P's GPU runs). A
-    handler of our own on the root logger while open_clip runs forwards its lines and
-    leaves the root logger as it found it.
-    """
-    root = logging.getLogger()
-    bridge = _ToAppLog()
-    root.addHandler(bridge)
-    try:
-        yield
-    finally:
-        root.removeHandler(bridge)
 
 
 @dataclass(frozen=True)
@@ -275,8 +248,12 @@ def _init_seed(model_name: str) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(model_name: str, pretrained: str, device: str, precision: str) -> LoadedClip:
+    started = time.perf_counter()
     with open_clip_logging():
-        return _load(model_name, pretrained, device, precision)
+        clip = _load(model_name, pretrained, device, precision)
+    # Once per backbone and process: what a worker's first round pays before any training.
+    log.info("backbone %s (%s) loaded on %s in %.1f s", model_name, precision, device, time.perf_counter() - started)
+    return clip
 
 
 def _load(model_name: str, pretrained: str, device: str, precision: str) -> LoadedClip:

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedapp.errors import ModelError
-from fedapp.models.clip import LoadedClip, _open_clip, _resolve_model_name, open_clip_logging, register_tiny_configs
+from fedapp.models.clip import LoadedClip, _open_clip, _resolve_model_name, register_tiny_configs
+from fedapp.models.open_clip_log import open_clip_logging
 
 __all__ = [
     "ClassMixer",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import warnings
 
 import numpy as np
@@ -188,6 +189,9 @@ def test_open_clips_root_logger_lines_reach_the_app_log_and_leave_the_root_logge
     from fedapp.models import TINY_CLIP  # noqa: PLC0415 - only this test needs open_clip
     from fedapp.models.clip import _load_cached, register_tiny_configs  # noqa: PLC0415
 
+    app_level = logging.getLogger("flwr.fedapp").getEffectiveLevel()
+    assert app_level <= logging.INFO  # Flower's logger prints INFO, where the random-init line goes
+
     register_tiny_configs()
     root, app = logging.getLogger(), logging.getLogger("flwr.fedapp")
     seen = io.StringIO()
@@ -203,7 +207,9 @@ def test_open_clips_root_logger_lines_reach_the_app_log_and_leave_the_root_logge
         app.removeHandler(handler)
         for existing in saved:
             root.addHandler(existing)
+    random_init, loaded = seen.getvalue().splitlines()
     assert (
-        seen.getvalue()
-        == "open_clip: No pretrained weights loaded for model 'fedapp-tiny-clip'. Model initialized randomly.\n"
+        random_init
+        == "open_clip: No pretrained weights loaded for model 'fedapp-tiny-clip'. Model initialized randomly."
     )
+    assert re.fullmatch(r"backbone fedapp-tiny-clip \(fp32\) loaded on cpu in \d+\.\d s", loaded)
