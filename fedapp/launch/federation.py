@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fedapp.config import APP_ROOT
 from fedapp.errors import FedAppError
+from fedapp.launch.app_copy import copy_app
 from fedapp.launch.processes import free_port, sigterm_raises_system_exit, stop_processes, superlink_pids
 from fedapp.launch.settings import PreparedRun, federation_overrides, toml_value
 from fedapp.launch.stream import stream_command
@@ -97,7 +98,9 @@ def submit(
     """
     run_config = " ".join(f"{key}={toml_value(value)}" for key, value in prepared.overrides.items())
     flwr = Path(sys.executable).parent / "flwr"
-    command = [str(flwr) if flwr.exists() else "flwr", "run", str(app_dir), "local", "--stream"]
+    # The app's files alone, in the Flower home: flwr run packs the same FAB without walking a .venv.
+    app_copy = copy_app(app_dir, Path(env["FLWR_HOME"]) / "fedapp-app")
+    command = [str(flwr) if flwr.exists() else "flwr", "run", str(app_copy), "local", "--stream"]
     command += ["--federation-config", federation_overrides(prepared.num_clients, cpus_per_client, gpus_per_client)]
     if run_config:
         command += ["--run-config", run_config]
@@ -108,6 +111,8 @@ def submit(
     except subprocess.CalledProcessError:
         check_clients_trained(prepared.run_dir)  # the ServerApp's reason, when it was this one
         raise
+    finally:
+        shutil.rmtree(app_copy, ignore_errors=True)
     if not summary.exists() or summary.stat().st_mtime < started:
         raise FedAppError(f"the run ended without writing {summary}; see the log above")
     rounds = json.loads(summary.read_text()).get("rounds", 0)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import runpy
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +62,36 @@ def test_python_dash_m_runs_the_launcher_command_line(tmp_path, monkeypatch, cap
         runpy.run_module("fedapp.launch", run_name="__main__")
     assert exited.value.code == 2 and "error: " in capsys.readouterr().err
     assert not home.exists()
+
+
+# Flower's own FAB build reads patterns with pathspec's deprecated 'gitwildmatch' (108 times a build).
+@pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")
+def test_flwr_run_gets_a_copy_of_the_app_that_packs_to_the_same_fab(tmp_path, monkeypatch):
+    """``flwr run`` walks every file under the app folder to build the FAB (4 s of every launch
+    with the README's .venv inside the checkout); the launcher gives it a copy of the files the
+    FAB can hold, which packs to the same bytes, and removes the copy after the run."""
+    from flwr.cli.build import build_fab_from_disk  # noqa: PLC0415
+
+    from fedapp.config import APP_ROOT  # noqa: PLC0415
+    from fedapp.launch import federation  # noqa: PLC0415
+    from fedapp.launch.app_copy import app_files, copy_app  # noqa: PLC0415
+    from fedapp.launch.settings import prepare_run  # noqa: PLC0415
+
+    files = app_files(APP_ROOT)
+    assert "pyproject.toml" in files and "fedapp/launch/app_copy.py" in files and "conf/fedavg-digits.yaml" in files
+    assert not [path for path in files if path.startswith((".venv/", ".git/", "results/")) or "__pycache__" in path]
+    assert build_fab_from_disk(copy_app(APP_ROOT, tmp_path / "copy")) == build_fab_from_disk(APP_ROOT)
+
+    home, seen = tmp_path / "home", {}
+
+    def stream(command, **_):
+        seen["app"] = Path(command[2])
+        seen["files"] = sorted(str(p.relative_to(seen["app"])) for p in seen["app"].rglob("*") if p.is_file())
+        raise subprocess.CalledProcessError(1, command)  # stop here: what was handed over is what matters
+
+    monkeypatch.setattr(federation, "stream_command", stream)
+    prepared = prepare_run({"results-dir": str(tmp_path / "results"), "num-rounds": 1})
+    with pytest.raises(subprocess.CalledProcessError):
+        federation.submit(prepared, {"FLWR_HOME": str(home)})
+    assert seen["app"] == home / "fedapp-app" and seen["files"] == files
+    assert not seen["app"].exists()
