@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +108,11 @@ def sample_gpu(stop: threading.Event, started: float, every: float, into: GpuSam
     """Samples NVML until ``stop`` is set (no GPU or no NVML: returns at once, nothing sampled)."""
     try:
         import pynvml  # noqa: PLC0415 - nvidia-ml-py, only where there is a GPU
-
+    except ImportError:
+        return
+    try:
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no library or no driver: the figures say "not sampled"
+    except pynvml.NVMLError:  # no driver: no GPU to sample
         return
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)

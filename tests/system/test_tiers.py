@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.paths import ROOT
 
@@ -62,3 +63,19 @@ def test_the_gpu_tier_is_one_skipped_line_without_cuda():
     ]
     assert done.stdout.rstrip().splitlines()[-1].startswith("1 skipped in ")
     assert "tests/gpu" not in collected()  # not in the default run: CI has no GPU
+
+
+def test_the_gpu_machines_script_passes_shellcheck_and_runs_the_gpu_tier_as_written(tmp_path):
+    script = ROOT / "tests" / "gpu" / "run_on_device.sh"
+    assert os.access(script, os.X_OK)
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    lint = subprocess.run([shellcheck, script], capture_output=True, text=True, check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    env = {**os.environ, "OUT": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(["bash", script, "gpu"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Without a GPU the tier is its one skipped line and pytest's "no tests ran" status, recorded as such.
+    assert (tmp_path / "summary.txt").read_text().startswith("gpu-tier: exit 5 in ")
+    assert "no CUDA device visible" in (tmp_path / "gpu-tier.log").read_text()
+    wrong = subprocess.run(["bash", script, "gpus"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert wrong.returncode == 2 and "unknown step gpus (gpu, unit, launch, pretrain)" in wrong.stdout
