@@ -180,3 +180,17 @@ def test_edge_lean_env_counts_an_install_profile_inside_a_larger_venv():
     assert {"torch", "torchvision", "fedapp"} <= torch | {"fedapp"} <= set(base_sizes) < set(full_sizes)
     assert {"ray", "open-clip-torch", "scikit-learn"} <= set(full_sizes) - set(base_sizes)
     assert "mlflow" not in full_sizes and "pytest" not in full_sizes
+
+
+def test_launch_phases_smoke_times_every_phase_of_a_real_launch(capsys):
+    figures = load_script("launch_phases").main(["--smoke"])
+    assert figures["returncode"] == 0 and figures["rounds"] == 2
+    for phase in ("flower_start_s", "simulation_start_s", "workers_start_s", "round_1_s", "steady_round_s"):
+        assert figures[phase] is not None and figures[phase] > 0, phase
+    assert figures["backbone_loads"] >= 1 and figures["shutdown_s"] >= 0
+    assert figures["fixed_cost_s"] == pytest.approx(
+        figures["launch_s"] - figures["round_1_s"] - figures["steady_round_s"]
+    )
+    # No GPU here: nothing sampled, and the table says so instead of inventing figures.
+    assert figures["gpu"] is None and "gpu_busy_share_after_round_1" not in figures
+    assert "| flower_start_s |" in capsys.readouterr().out

@@ -66,3 +66,49 @@ def test_simulation_poll_benchmark_times_a_pass_for_each_node_count(capsys) -> N
     seconds = load_script("simulation_poll").main(["--nodes", "20", "60", "--messages", "10"])
     assert list(seconds) == [20, 60] and all(s > 0 for pair in seconds.values() for s in pair)
     assert [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines()[2:]] == ["20", "60"]
+
+
+def test_launch_phases_reads_the_phases_off_a_launchs_lines():
+    script = load_script("launch_phases")
+    phases = script.Phases()
+    lines = [
+        (1.0, "Starting local SuperLink on 127.0.0.1:1..."),
+        (2.0, "Using SuperLink: local (127.0.0.1:1)"),
+        (3.0, "Successfully started run 42"),
+        (4.0, "INFO :      Starting Flower Simulation"),
+        (6.0, "INFO :      results go to /r/run"),
+        (9.0, "(ClientAppActor pid=7) INFO :      backbone ViT-B-16 (fp16) loaded on cuda in 4.5 s"),
+        (9.5, "(ClientAppActor pid=8) INFO :      backbone ViT-B-16 (fp16) loaded on cuda in 6.0 s"),
+        (
+            20.0,
+            "INFO :      round 1/3 | acc mean 0.1 | loss 2.3 | fit 4 | 1.00 MB | 14.0s | elapsed 14s | ETA 4s",
+        ),
+        (
+            22.0,
+            "INFO :      round 2/3 | acc mean 0.2 | loss 2.2 | fit 4 | 2.00 MB | 2.0s | elapsed 16s | ETA 2s",
+        ),
+        (
+            24.0,
+            "INFO :      round 3/3 | acc mean 0.3 | loss 2.1 | fit 4 | 3.00 MB | 2.0s | elapsed 18s | ETA 0s",
+        ),
+        (24.0, "INFO :      done: round 3/3 | final acc mean 0.3 | 3.00 MB | 18s | results in /r/run"),
+    ]
+    for at, line in lines:
+        phases.read(at, line)
+    phases.exit_at = 27.0
+    samples = script.GpuSamples(
+        utilisation=[(t, busy) for t, busy in [(10, 0), (19, 90), (21, 80), (22, 0), (23, 50), (25, 0)]],
+        peak_mib_by_pid={7: 5000.0, 8: 5200.0, 3: 900.0},
+        total_mib=143000.0,
+        name="NVIDIA H200",
+    )
+    figures = script.summarise(phases, samples)
+    assert (
+        figures["flower_start_s"] == 3.0 and figures["simulation_start_s"] == 3.0 and figures["workers_start_s"] == 3.0
+    )
+    assert figures["backbone_load_s"] == 6.0 and figures["backbone_loads"] == 2
+    assert figures["round_1_s"] == 14.0 and figures["steady_round_s"] == 2.0 and figures["round_1_extra_s"] == 12.0
+    assert figures["shutdown_s"] == 3.0 and figures["fixed_cost_s"] == 27.0 - 18.0
+    # Past round 1 (20 s) until done (24 s): samples at 21, 22, 23; two of three busy.
+    assert figures["gpu_busy_share_after_round_1"] == pytest.approx(2 / 3)
+    assert figures["gpu_peak_mib_per_process_max"] == 5200.0 and figures["clients_per_gpu_by_memory"] == 24
