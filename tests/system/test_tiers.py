@@ -43,11 +43,15 @@ def test_the_readmes_tier_commands_split_the_suite_by_folder():
 
 
 def test_the_gpu_tier_is_one_skipped_line_without_cuda():
-    """``python -m pytest -q tests/gpu`` on a machine (or in a process) without a visible CUDA
-    device: nothing runs, and the whole tier is one line that says why. pytest's exit status is
-    5 (no tests ran), so a GPU machine whose CUDA is hidden does not pass for one that ran the tier."""
+    """docs/getting-started.md's GPU tier command, as written, on a machine (or in a process)
+    without a visible CUDA device: nothing runs, and the whole tier is one line that says why.
+    pytest's exit status is 5 (no tests ran), so a GPU machine whose CUDA is hidden does not pass
+    for one that ran the tier."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "getting-started.md").read_text(), re.DOTALL)
+    (command,) = [block.strip() for block in blocks if "tests/gpu" in block]
+    assert command == "python -m pytest -q tests/gpu"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu"],
+        [sys.executable, *command.split()[1:]],
         cwd=ROOT,
         capture_output=True,
         text=True,
