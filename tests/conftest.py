@@ -120,3 +120,32 @@ def task_identity() -> Iterator[None]:
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     yield
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+@pytest.fixture(scope="session")
+def ray_kept_running(_private_cache):
+    """One Ray start for a whole tier of simulations.
+
+    Flower's Ray backend starts Ray when it is not running and shuts it down at the end of
+    every simulation (``RayBackend.terminate``). With ``ray.shutdown`` held off until the
+    session ends, the first start serves every simulation that asks for the same resources;
+    each still gets fresh actors (Flower kills its actor pool at the end of a run).
+    """
+    import ray  # noqa: PLC0415 - only the tiers with simulations need it
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
+        yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread for small runs: as fast, and two threads on CPUs that other jobs share
+    wait on each other (a 3-second run took two minutes)."""
+    import torch  # noqa: PLC0415
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

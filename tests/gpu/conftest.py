@@ -1,4 +1,4 @@
-"""The GPU tier pays Ray's start-up once, as the integration tier does (tests/integration/conftest.py)."""
+"""The GPU tier pays Ray's start-up once, as the integration tier does (``ray_kept_running``)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,5 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _one_ray_start_for_the_tier(_private_cache):
-    import ray  # noqa: PLC0415 - only the Ray simulations need it
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
-        yield
-    ray.shutdown()
+def _one_ray_start_for_the_tier(ray_kept_running):
+    yield

@@ -24,12 +24,7 @@ BRIEF = {"num-partitions": 3, "num-rounds": 2, "batch-size": 16, "shots-per-clas
 BACKBONES = {"clip-vision": {"clip-model": "fedapp-tiny-vit"}}
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("method", sorted(CATALOG))
@@ -47,3 +42,31 @@ def test_every_method_runs_on_the_stand_in_gpu_and_counts_its_flops(method, monk
         # Every method's training FLOPs come from the one counter (fedapp/flops.py).
         assert record.train_flops_round > 0, f"{method} reported no training FLOPs in round {record.round}"
     assert "not counted" not in caplog.text
+
+
+EXPORTED = {
+    "pfedlora": {"client-models": "cnn-4,cnn-5"},
+    "sdfed": {"local-prompt-lengths": "2,3,4"},
+    "pep-fedpt": {"clip-model": "fedapp-tiny-vit"},
+    "fedd2p": {"client-models": "vgg-2,vgg-3"},
+}
+
+
+@pytest.mark.parametrize("method", EXPORTED)
+def test_an_exported_model_loads_and_predicts_on_the_stand_in_gpu(method, monkeypatch, tmp_path):
+    """fedapp.load_model(..., device="cuda"): the model, and a CLIP backbone under it, where asked;
+    its input from prepare_images (on the CPU) moved there, as docs/results.md shows."""
+    import fedapp  # noqa: PLC0415
+    from fedapp.clientdata import load_client_data  # noqa: PLC0415
+    from fedapp.config import resolve_run_config  # noqa: PLC0415
+    from fedapp.inference import prepare_images  # noqa: PLC0415
+
+    overrides = {"method": method, **BRIEF, **EXPORTED[method], "results-dir": str(tmp_path), "run-name": "run"}
+    run_in_process(overrides, record=True)
+    data = load_client_data(resolve_run_config(overrides), 0, BRIEF["num-partitions"])
+    test = data.splits["test"]
+    with fake_accelerator(monkeypatch) as gpu:
+        model = fedapp.load_model(tmp_path / "run", client=0, device="cuda")
+        with torch.no_grad():
+            logits = model(prepare_images(tmp_path / "run", test.images, client=0).to(gpu))
+        assert logits.device == gpu and tuple(logits.shape) == (len(test.labels), data.num_classes)

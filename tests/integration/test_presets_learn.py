@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from fedapp.catalog import CATALOG
 from fedapp.clientdata import load_client_data
@@ -114,14 +113,7 @@ ADAPTATIONS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    # The runs are small: one thread is as fast, and two threads on CPUs that other jobs share
-    # wait on each other (a 3-second run took two minutes).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def backbone_of(values: dict[str, Any]) -> str:
