@@ -202,17 +202,19 @@ def train(
     steps = 0
     epoch_loss = 0.0
     for _ in range(epochs):
-        total, batches = 0.0, 0
+        # Summed where the loss is, in float64 as a Python float would, and read once an epoch:
+        # reading it every step would make the host wait for the GPU at every step.
+        total, batches = torch.zeros((), dtype=torch.float64, device=device), 0
         for xb, yb in iterate_batches(data.x, data.y, batch_size, shuffle=True, generator=generator):
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = loss_fn(model, xb, yb)
             loss.backward()
             optimizer.step()
-            total += float(loss.detach())
+            total += loss.detach()
             batches += 1
         steps += batches
-        epoch_loss = total / max(batches, 1)
+        epoch_loss = float(total) / max(batches, 1)
     # Counted after the loop on meta stand-ins: the training itself and its random stream are untouched.
     flops = training_flops(model, loss_fn, data.x, data.y, batch_size=batch_size, epochs=epochs)
     return TrainResult(loss=epoch_loss, num_examples=len(data), steps=steps, flops=flops)
@@ -233,11 +235,13 @@ def evaluate(
     device = torch.device(device)
     model.to(device)
     model.eval()
-    loss_sum, correct = 0.0, 0
+    # On the device and read once at the end (see train).
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
     for xb, yb in iterate_batches(data.x, data.y, batch_size, shuffle=False):
         xb, yb = xb.to(device), yb.to(device)
         logits = forward(model, xb) if forward is not None else model(xb)
-        loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
-        correct += int((logits.argmax(dim=1) == yb).sum())
+        loss_sum += F.cross_entropy(logits, yb, reduction="sum")
+        correct += (logits.argmax(dim=1) == yb).sum()
     n = len(data)
-    return EvalResult(loss=loss_sum / n, accuracy=correct / n, num_examples=n)
+    return EvalResult(loss=float(loss_sum) / n, accuracy=int(correct) / n, num_examples=n)

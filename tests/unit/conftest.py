@@ -14,7 +14,7 @@ import pytest
 
 # torch's first import runs ldconfig (a process) to find its CUDA libraries: import it before
 # the guard, so a unit test whose code imports torch lazily is not refused for that.
-import torch  # noqa: F401
+import torch
 
 MOVE = "unit tests start no processes (no subprocess, fork or Ray): move this test to tests/integration or tests/system"
 
@@ -50,6 +50,14 @@ def _guarded(original):
         return original(*args, **kwargs)
 
     return start
+
+
+@pytest.fixture(autouse=True)
+def _cpu_only(monkeypatch):
+    """The unit tier computes on the CPU wherever it runs: ``device = "auto"`` resolves to the CPU
+    on a GPU machine too, so its figures are CI's (what needs a GPU is tests/gpu's, and the
+    placement checks run on the stand-in of tests/fake_device.py, which makes CUDA available)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
 @pytest.fixture(autouse=True)

@@ -33,3 +33,11 @@ def test_a_librarys_own_probe_of_the_machine_is_let_through():
     ours = {"__name__": "fedapp.launch", "subprocess": subprocess}
     with pytest.raises(ProcessStartRefused):
         exec("subprocess.run(['true'], check=False)", ours)
+
+
+def test_the_unit_tier_computes_on_the_cpu_wherever_it_runs():
+    import torch  # noqa: PLC0415
+
+    from fedapp.training import select_device  # noqa: PLC0415
+
+    assert not torch.cuda.is_available() and select_device("auto") == torch.device("cpu")
