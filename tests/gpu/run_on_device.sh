@@ -2,10 +2,10 @@
 # Every GPU check of issue 40 in one run, for a short window on a GPU machine: the GPU tier,
 # the unit tier, the launch-phase benchmark on the ViT-B-16 presets, and pretraining.
 #
-# Prepare on the development machine (project venv active), from the project root:
-#   bash ../shared/device/wheels.sh                                  # flwr, Ray, open_clip, ... -> .whl/
-#   python -m pip download -q --no-deps -d .whl nvidia-ml-py         # NVML for the benchmark's sampling
-# Then run it there with .whl carried (the device tool: carry [".whl"]), steps in priority order:
+# What that machine lacks goes in .whl/ beside this checkout, as wheels for its Python: flwr, Ray,
+# open_clip and what they need (torch with CUDA is usually there already), and NVML's bindings
+# for the benchmark's sampling (python -m pip download --no-deps -d .whl nvidia-ml-py); the
+# script installs them into /tmp/site. Steps, in priority order:
 #   bash tests/gpu/run_on_device.sh                  # all steps: gpu unit launch pretrain
 #   bash tests/gpu/run_on_device.sh gpu unit         # some of them
 # Each step's whole output goes to $OUT/<step>.log (OUT: the device tool's folder, else ./gpu-run),

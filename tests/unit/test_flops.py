@@ -4,8 +4,10 @@ the hand-written rules it replaced."""
 
 from __future__ import annotations
 
+import json
 import logging
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -64,9 +66,16 @@ def test_counting_computes_nothing_real_and_leaves_the_model_alone():
     assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
 
 
-def test_a_rounds_flops_count_full_batches_and_the_last_one_at_their_sizes(monkeypatch):
+@pytest.fixture
+def fresh_counts(monkeypatch, tmp_path):
+    """Counts as a new process on a new machine finds them: none in memory, none on disk."""
+    monkeypatch.setenv("FEDAPP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(flops, "_step_cache", type(flops._step_cache)())
+    return tmp_path / "cache" / "flops"
+
+
+def test_a_rounds_flops_count_full_batches_and_the_last_one_at_their_sizes(monkeypatch, fresh_counts):
     model = build_model("cnn-1", 10)
-    flops._step_cache.clear()
     counted: list[int] = []
     real = flops.training_step_flops
 
@@ -148,3 +157,20 @@ def test_a_text_prompts_step_pays_the_text_tower_once_per_batch(clip):
     # the context), whatever the batch: only the logits grow with it.
     assert one > 100 * logits
     assert eight - one == 7 * 2 * logits  # forward and the gradient to the text features
+
+
+def test_a_count_is_kept_on_disk_for_the_next_process_and_a_bad_entry_is_counted_again(monkeypatch, fresh_counts):
+    """A deployed ClientApp is a new process per message: the count of its first message serves the next."""
+    model, (x, y) = build_model("cnn-1", 10), _batch(4)
+    expected = 4 * (3 * CNN_1_FORWARD - CONV_1)
+    assert flops.cached_step_flops(model, cross_entropy_loss, x, y) == expected
+    (entry,) = fresh_counts.iterdir()
+    assert json.loads(entry.read_text()) == {"flops": expected}
+    monkeypatch.setattr(flops, "_step_cache", type(flops._step_cache)())  # the next process
+    monkeypatch.setattr(flops, "training_step_flops", lambda *args: pytest.fail("counted again"))
+    assert flops.cached_step_flops(model, cross_entropy_loss, x, y) == expected
+    entry.write_text("{not json")
+    monkeypatch.setattr(flops, "_step_cache", type(flops._step_cache)())
+    monkeypatch.setattr(flops, "training_step_flops", lambda *args: 7)
+    assert flops.cached_step_flops(model, cross_entropy_loss, x, y) == 7
+    assert json.loads(entry.read_text()) == {"flops": 7}
