@@ -174,3 +174,24 @@ def test_a_count_is_kept_on_disk_for_the_next_process_and_a_bad_entry_is_counted
     monkeypatch.setattr(flops, "training_step_flops", lambda *args: 7)
     assert flops.cached_step_flops(model, cross_entropy_loss, x, y) == 7
     assert json.loads(entry.read_text()) == {"flops": 7}
+
+
+def test_the_count_is_flop_counter_modes_own(clip):
+    """The counter is torch's FlopCounterMode without its per-module breakdown (and without the
+    dynamo guard that imports torch._dynamo): the same totals, forward and backward."""
+    from torch.utils.flop_counter import FlopCounterMode  # noqa: PLC0415
+
+    from fedapp.flops import _MetaStandIns  # noqa: PLC0415
+
+    vit = PromptedViT(load_open_clip(TINY_VIT), VisualPrompts(vision_tower_shape(TINY_VIT), 10, prompt_length=4))
+    encoder = PromptTextEncoder(clip, ("zero", "one", "two"))
+    context = PromptContext(4, encoder.token_width, generator=0)
+    steps = [
+        lambda: cross_entropy_loss(build_model("cnn-3", 10), *_batch(2)).backward(),
+        lambda: cross_entropy_loss(vit, *_batch(2)).backward(),
+        lambda: encoder(context.context).sum().backward(),
+    ]
+    for step in steps:
+        with _MetaStandIns(), FlopCounterMode(display=False) as reference:
+            step()
+        assert count_flops(step) == reference.get_total_flops() > 0
