@@ -22,8 +22,14 @@ class FedD2PClient(PerClassClient):
     def statistic(self, model: nn.Module, x: Tensor) -> Tensor:
         return soft_labels(model, x, self.config.d2p_tau1)
 
+    @property
+    def distil_temperature(self) -> float:
+        """S3's temperature: the paper's Eq. 3 softens the client's output with the same
+        sigma_tau as its soft labels (Eq. 2), tau1 = 10, unless ``d2p-distil-temperature`` says otherwise."""
+        return self.config.d2p_distil_temperature or self.config.d2p_tau1
+
     def loss(self, global_stats: Arrays) -> LossFn:
-        return knowledge_loss(global_stats[0], global_stats[1], self.config.kd_weight, self.config.kd_temperature)
+        return knowledge_loss(global_stats[0], global_stats[1], self.config.kd_weight, self.distil_temperature)
 
     def round_epochs(self) -> int | None:
         warmup = self.config.warmup_epochs

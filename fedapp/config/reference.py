@@ -185,7 +185,10 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "FedD2P",
-        _keys("warmup-epochs d2p-tau1 d2p-tau2 d2p-steps d2p-lr d2p-prompt-tokens d2p-template d2p-generator"),
+        _keys(
+            "warmup-epochs d2p-tau1 d2p-distil-temperature d2p-tau2 d2p-steps d2p-lr d2p-prompt-tokens d2p-template "
+            "d2p-generator"
+        ),
         ("See [FedD2P](methods/fedd2p.md). An empty `d2p-template` takes the dataset's own template.",),
         level=3,
     ),

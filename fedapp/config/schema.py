@@ -214,6 +214,9 @@ class Settings:
         0, "FedD2P S0: CE-only local epochs of a client's first round (0 = local-epochs)", low=0
     )
     d2p_tau1: float = setting(10.0, "FedD2P temperature of the clients' soft labels", low=0.0, low_open=True)
+    d2p_distil_temperature: float = setting(
+        0.0, "FedD2P S3: temperature of the clients' distillation term (0 = d2p-tau1, the paper's Eq. 3)", low=0.0
+    )
     d2p_tau2: float = setting(0.1, "FedD2P temperature of the server's class distributions", low=0.0, low_open=True)
     d2p_steps: int = setting(100, "FedD2P generator training steps per round", low=1)
     d2p_lr: float = setting(0.001, "FedD2P generator learning rate (Adam)", low=0.0, low_open=True)

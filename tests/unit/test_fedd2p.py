@@ -186,3 +186,23 @@ def test_fedd2p_strategy_sends_generator_knowledge_and_logs_its_loss():
     np.testing.assert_allclose(knowledge.sum(axis=1), 1.0, rtol=1e-5)
     assert present.tolist() == [1.0] * CLASSES
     assert np.isfinite(strategy._round_log[1].extra["generator_loss"])
+
+
+@pytest.mark.parametrize("method", ["fedd2p", "fedd2p-agg"])
+def test_the_client_distils_at_tau1_as_the_papers_eq_3_writes_it(method):
+    """Eq. 3: L_CE(f(x), y) + L_KL(sigma_tau(f(x)), g_c), the same sigma_tau as the soft labels of
+    Eq. 2 (tau1 = 10, "for softening local outputs"). The earlier reading distilled at
+    kd-temperature = 1; it stays available as d2p-distil-temperature = 1."""
+    knowledge = np.full((CLASSES, CLASSES), 0.02, np.float32)
+    np.fill_diagonal(knowledge, 1 - 0.02 * (CLASSES - 1))
+    present = np.ones(CLASSES, np.float32)
+    client = make_client(setup(method), 0)
+    model = client.new_model()
+    x, y = client.data.train.x[:8], client.data.train.y[:8]
+    loss = client.loss([knowledge, present])(model, x, y)
+    torch.testing.assert_close(loss, knowledge_loss(knowledge, present, 1.0, 10.0)(model, x, y))
+    assert not torch.allclose(loss, knowledge_loss(knowledge, present, 1.0, 1.0)(model, x, y))
+    earlier = make_client(setup(method, **{"d2p-distil-temperature": 1.0}), 0)
+    torch.testing.assert_close(
+        earlier.loss([knowledge, present])(model, x, y), knowledge_loss(knowledge, present, 1.0, 1.0)(model, x, y)
+    )
