@@ -39,11 +39,19 @@ class PFedLoRAClient(FedAppClient):
         return get_arrays(net.adapter), result.model_step.num_examples, metrics
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
-        # The personal model alone is scored (and exported); the adapter's head is scored beside it.
-        return self.load_personal_model()
+        # `head`: the personal model alone is scored and exported; the other readings need the adapter too.
+        if self.config.pfedlora_inference == "head":
+            return self.load_personal_model()
+        return pfedlora.PFedLoRAPredictor(self._net(parameters), self.config.pfedlora_inference, self.config.mu)
 
     def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
-        result = self.test_model(module)
-        net = self._net(parameters, module)
-        adapter = evaluate(net, self.data.test, device=self.device, forward=lambda n, x: n.adapter_logits(x))
-        return result, {"adapter_accuracy": adapter.accuracy}
+        """The configured reading's result, and every reading's accuracy beside it, every round."""
+        net = module.net if isinstance(module, pfedlora.PFedLoRAPredictor) else self._net(parameters, module)
+        results = {
+            reading: evaluate(
+                pfedlora.PFedLoRAPredictor(net, reading, self.config.mu), self.data.test, device=self.device
+            )
+            for reading in pfedlora.INFERENCE_READINGS
+        }
+        extra = {f"{reading}_accuracy": result.accuracy for reading, result in results.items()}
+        return results[self.config.pfedlora_inference], extra

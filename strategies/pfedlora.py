@@ -17,4 +17,5 @@ class PFedLoRAStrategy(SharedModuleStrategy):
 
     def build_shared_module(self) -> nn.Module:
         dim = require_same_feature_dim(client_model_names(self.config), self.num_classes, "pfedlora")
-        return LowRankAdapter(dim, self.config.adapter_hidden, self.num_classes, self.config.adapter_kind)
+        cfg = self.config
+        return LowRankAdapter(dim, cfg.adapter_hidden, self.num_classes, cfg.adapter_kind, cfg.adapter_init)

@@ -151,7 +151,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "pFedLoRA",
-        _keys("adapter-kind adapter-hidden mu"),
+        _keys("adapter-kind adapter-hidden adapter-init pfedlora-inference mu"),
         ("See [pFedLoRA](methods/pfedlora.md).",),
         level=3,
     ),

@@ -184,6 +184,16 @@ class Settings:
         "matrix", "pFedLoRA adapter: matrix decomposition or direct reduction", choices=ADAPTER_KINDS
     )
     adapter_hidden: int = setting(40, "pFedLoRA adapter hidden width", low=1)
+    adapter_init: str = setting(
+        "default",
+        "pFedLoRA adapter start: torch's default, or lora (Gaussian down, zero up)",
+        choices=("default", "lora"),
+    )
+    pfedlora_inference: str = setting(
+        "head",
+        "pFedLoRA prediction (the paper is silent): the model's head, the adapter, or both combined",
+        choices=("head", "adapter", "combined"),
+    )
     mu: float = setting(0.5, "pFedLoRA weight of the adapter branch in step 1", low=0.0, high=1.0)
     proto_weight: float = setting(1.0, "FedProto weight of the prototype regulariser", low=0.0)
     kd_weight: float = setting(1.0, "FD weight of the distillation term", low=0.0)

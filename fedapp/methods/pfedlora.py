@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedapp.training import LossFn, TrainResult, frozen
 
 ADAPTER_KINDS = ("matrix", "direct")
+ADAPTER_INITS = ("default", "lora")
+INFERENCE_READINGS = ("head", "adapter", "combined")
 
 
 class LowRankAdapter(nn.Module):
@@ -28,13 +31,22 @@ class LowRankAdapter(nn.Module):
     dimension-reduced FC2 + FC3 pair with a ReLU (h in 100..500).
     """
 
-    def __init__(self, in_dim: int, hidden: int, num_classes: int, kind: str = "matrix") -> None:
+    def __init__(self, in_dim: int, hidden: int, num_classes: int, kind: str = "matrix", init: str = "default") -> None:
         super().__init__()
         if kind not in ADAPTER_KINDS:
             raise ValueError(f"adapter kind {kind!r} is not one of {ADAPTER_KINDS}")
+        if init not in ADAPTER_INITS:
+            raise ValueError(f"adapter init {init!r} is not one of {ADAPTER_INITS}")
         self.kind = kind
         self.down = nn.Linear(in_dim, hidden)
         self.up = nn.Linear(hidden, num_classes)
+        if init == "lora":
+            # LoRA's start (Hu et al., as pFedLoRA's Section 3 recalls it): A Gaussian, B zero, so
+            # the adapter first adds nothing (here: uniform logits) and B learns from A's features.
+            nn.init.normal_(self.down.weight, std=1.0 / hidden)
+            nn.init.zeros_(self.down.bias)
+            nn.init.zeros_(self.up.weight)
+            nn.init.zeros_(self.up.bias)
 
     def forward(self, representation: Tensor) -> Tensor:
         hidden = self.down(representation)
@@ -56,6 +68,33 @@ class ModelWithAdapter(nn.Module):
 
     def adapter_logits(self, x: Tensor) -> Tensor:
         return self.adapter(self.model.features(x))
+
+    def combined_log_probs(self, x: Tensor, mu: float) -> Tensor:
+        """``log((1 - mu) softmax(head) + mu softmax(adapter))``: both branches, weighted as step 1's loss."""
+        representation = self.model.features(x)
+        head = F.softmax(self.model.head(representation), dim=1)
+        adapter = F.softmax(self.adapter(representation), dim=1)
+        return torch.log(((1 - mu) * head + mu * adapter).clamp_min(torch.finfo(head.dtype).tiny))
+
+
+class PFedLoRAPredictor(nn.Module):
+    """The model a client predicts with under a reading of pFedLoRA's inference (the paper does
+    not say): its own model's head (``head``), the adapter on its representation
+    (``adapter``), or both mixed as step 1 weighs them (``combined``). Returns log-scores
+    whose argmax is the prediction."""
+
+    def __init__(self, net: ModelWithAdapter, reading: str, mu: float) -> None:
+        super().__init__()
+        if reading not in INFERENCE_READINGS:
+            raise ValueError(f"pFedLoRA inference {reading!r} is not one of {INFERENCE_READINGS}")
+        self.net, self.reading, self.mu = net, reading, mu
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.reading == "head":
+            return self.net.model(x)
+        if self.reading == "adapter":
+            return self.net.adapter_logits(x)
+        return self.net.combined_log_probs(x, self.mu)
 
 
 def local_model_loss(mu: float) -> LossFn:

@@ -123,3 +123,20 @@ def test_the_example_of_the_results_page_runs_as_shown(finished_run, tmp_path, m
     exec(compile(example, "docs/results.md", "exec"), namespace)  # the page's own example
     assert namespace["accuracy"] == namespace["last"]["client_acc"]["0"]
     assert namespace["last"]["round"] == 2
+
+
+def test_a_pfedlora_client_exported_under_the_combined_reading_reproduces_its_accuracy(tmp_path):
+    """pfedlora-inference = "combined" predicts with the local head and the adapter mixed: the
+    exported module holds both, and predicts as the run scored it."""
+    overrides = {"method": "pfedlora", **SMALL, **METHODS["pfedlora"], "pfedlora-inference": "combined"}
+    overrides.update({"results-dir": str(tmp_path), "run-name": "combined"})
+    run_in_process(overrides, record=True)
+    run_dir, config = tmp_path / "combined", resolve_run_config(overrides)
+    final = read_metrics(run_dir / "metrics.jsonl")[-1]
+    assert {"eval_head_accuracy", "eval_adapter_accuracy", "eval_combined_accuracy"} <= set(final)
+    for k in range(PARTITIONS):
+        test = load_client_data(config, k, PARTITIONS).splits["test"]
+        model = fedapp.load_model(run_dir, client=k)
+        assert (
+            accuracy(model, prepare_images(run_dir, test.images, client=k), test.labels) == final["client_acc"][str(k)]
+        )

@@ -115,6 +115,41 @@ def test_only_the_adapter_leaves_a_pfedlora_client_and_heterogeneous_clients_agg
     np.testing.assert_allclose(merged[0], expected, rtol=1e-5)
 
 
+def test_pfedlora_records_every_reading_of_its_inference_and_scores_the_chosen_one():
+    """The paper does not say whether a client predicts with its head, the adapter or both; every
+    round records all three (``eval_head_accuracy``, ``eval_adapter_accuracy``,
+    ``eval_combined_accuracy``), and ``pfedlora-inference`` picks the one called ``accuracy``."""
+    x = torch.randn(6, 3, 32, 32)
+    net = pfedlora.ModelWithAdapter(build_model("cnn-1", 10), pfedlora.LowRankAdapter(500, 40, 10))
+    mixed = pfedlora.PFedLoRAPredictor(net, "combined", 0.25)(x).exp()
+    expected = 0.75 * torch.softmax(net.model(x), 1) + 0.25 * torch.softmax(net.adapter_logits(x), 1)
+    torch.testing.assert_close(mixed, expected)
+    torch.testing.assert_close(pfedlora.PFedLoRAPredictor(net, "adapter", 0.25)(x), net.adapter_logits(x))
+    with pytest.raises(ValueError, match="inference 'both'"):
+        pfedlora.PFedLoRAPredictor(net, "both", 0.5)
+    accuracies = {}
+    for reading in pfedlora.INFERENCE_READINGS:
+        config = make_config("pfedlora", **{"pfedlora-inference": reading})
+        adapter = PFedLoRAStrategy(config, 10).initial_arrays()
+        client = make_client(PFedLoRAClient, config, 0)
+        client.fit(adapter, {"server-round": 1})
+        _, _, metrics = client.evaluate(adapter, {"server-round": 1})
+        assert metrics["accuracy"] == metrics[f"{reading}_accuracy"]
+        accuracies[reading] = {key: metrics[f"{key}_accuracy"] for key in pfedlora.INFERENCE_READINGS}
+    # The same training under each reading (it changes only the prediction): the same three figures.
+    assert accuracies["head"] == accuracies["adapter"] == accuracies["combined"]
+
+
+def test_a_lora_start_adds_nothing_until_the_adapter_learns():
+    adapter = pfedlora.LowRankAdapter(500, 40, 10, init="lora")
+    assert not adapter.up.weight.any() and not adapter.up.bias.any() and adapter.down.weight.std() > 0
+    assert not adapter(torch.randn(3, 500)).any()  # uniform logits: the local head alone decides at first
+    config = make_config("pfedlora", **{"adapter-init": "lora"})
+    assert not np.any(PFedLoRAStrategy(config, 10).initial_arrays()[2])
+    with pytest.raises(ConfigError, match="adapter-init"):
+        make_config("pfedlora", **{"adapter-init": "zero"})
+
+
 @pytest.mark.parametrize(
     ("method", "client_cls", "shapes"),
     [
