@@ -7,7 +7,13 @@ import numpy as np
 from clients.text_prompt import PromptClient
 from fedapp.aggregation import Arrays
 from fedapp.methods.local_prompt_lengths import parse_local_lengths
-from fedapp.methods.sdfed import SDFedClassifier, SDFedWeights, round_classifier, sdfed_train_loss
+from fedapp.methods.sdfed import (
+    SDFedClassifier,
+    SDFedWeights,
+    mechanism_figures,
+    round_classifier,
+    sdfed_train_loss,
+)
 from fedapp.models.text_prompt import PromptTextEncoder
 
 
@@ -46,7 +52,9 @@ class SDFedClient(PromptClient):
             model, int(config["server-round"]), sdfed_train_loss(self.weights), data=self.features("train")
         )
         self.store.save("local_prompt", {"context": self.context_arrays(model.local_context)[0]})
-        metrics = {**self.fit_metrics(result), "local_prompt_length": self.local_length}
+        train = self.features("train")
+        figures = mechanism_figures(model, train.x.to(self.device), train.y.to(self.device), self.weights)
+        metrics = {**self.fit_metrics(result), "local_prompt_length": self.local_length, **figures}
         return self.context_arrays(model.global_context), result.num_examples, metrics
 
     def prompt_classifier(self, parameters: Arrays, encoder: PromptTextEncoder) -> SDFedClassifier:

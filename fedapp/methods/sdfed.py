@@ -32,8 +32,10 @@ __all__ = [
     "SDFedClassifier",
     "SDFedWeights",
     "build_projector",
+    "mechanism_figures",
     "parse_local_lengths",
     "refine",
+    "removed_energy",
     "retention_loss",
     "round_classifier",
     "sample_local_lengths",
@@ -354,6 +356,36 @@ class SDFedClassifier(nn.Module):
         text_global = self.encoder.encode_classes(self.global_context.context)
         text_local = self.encoder.encode_classes(refine(self.local_context.context, self.projector))
         return sdfed_logits(image_features, text_global, text_local, self.logit_scale)
+
+
+def removed_energy(local_prompt: Tensor, projector: Tensor) -> float:
+    """Share of the local prompt's energy (squared Frobenius norm) that refinement removes:
+    ``1 - ||G_c R||² / ||G_c||²``; 0 leaves it whole, 1 removes it all."""
+    with torch.no_grad():
+        total = local_prompt.float().pow(2).sum()
+        kept = refine(local_prompt.float(), projector).pow(2).sum()
+        return float(1 - kept / total) if float(total) > 0 else 0.0
+
+
+@torch.no_grad()
+def mechanism_figures(model: SDFedClassifier, features: Tensor, labels: Tensor, weights: SDFedWeights) -> dict:
+    """What shows SDFed's mechanism at work on a client's data, after its round's training: the
+    loss's three terms (``sdfed_ce``, ``sdfed_retention`` L_str, ``sdfed_separation`` L_sep) on
+    its training features, and the share of its local prompt's energy the projector removes
+    (``projector_removed_energy``)."""
+    _, terms = sdfed_loss(
+        model.encoder,
+        model.global_context.context,
+        model.local_context.context,
+        model.projector,
+        features,
+        labels,
+        model.logit_scale,
+        weights,
+    )
+    figures = {f"sdfed_{name}": float(terms[name]) for name in ("ce", "retention", "separation")}
+    figures["projector_removed_energy"] = removed_energy(model.local_context.context, model.projector)
+    return figures
 
 
 def sdfed_train_loss(weights: SDFedWeights) -> LossFn:

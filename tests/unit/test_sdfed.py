@@ -14,7 +14,9 @@ from fedapp.methods.local_prompt_lengths import parse_local_lengths, sample_loca
 from fedapp.methods.sdfed import (
     SDFedWeights,
     build_projector,
+    mechanism_figures,
     refine,
+    removed_energy,
     retention_loss,
     round_classifier,
     sdfed_logits,
@@ -205,3 +207,26 @@ def test_round_classifier_refuses_a_local_prompt_that_is_not_finite(
     refine(local_ctx.context, torch.eye(width))  # no read of values here
     with pytest.raises(ModelError, match="local prompt contains NaN"):
         round_classifier(encoder, PromptContext(8, width, generator=20), local_ctx, SDFedWeights(), 1.0)
+
+
+def test_the_projector_removes_little_of_a_local_prompt_by_rank_and_much_by_width(width: int) -> None:
+    """What refinement takes from a local prompt in each reading of ⌊λm⌋ (issue 41): by the rank
+    of G_s (8 tokens: 4 directions) a random local prompt keeps nearly all its energy; by the
+    token width (the paper's literal m) it keeps about 1 - λ of it."""
+    global_prompt, local_prompt = _random(8, width, seed=30), _random(16, width, seed=31)
+    by_rank = removed_energy(local_prompt, build_projector(global_prompt, lam=0.6, mode="rank").matrix)
+    by_width = removed_energy(local_prompt, build_projector(global_prompt, lam=0.6, mode="dim").matrix)
+    assert 0.0 < by_rank < 0.2 and 0.4 < by_width < 0.8
+    assert removed_energy(local_prompt, torch.eye(width)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_an_sdfed_round_reports_its_loss_terms_and_the_removed_energy(encoder: PromptTextEncoder, width: int) -> None:
+    global_ctx, local_ctx = PromptContext(8, width, generator=32), PromptContext(12, width, generator=33)
+    model = round_classifier(encoder, global_ctx, local_ctx, SDFedWeights(), torch.tensor(1.0))
+    features = torch.nn.functional.normalize(_random(6, encoder.embed_dim, seed=34), dim=-1)
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    figures = mechanism_figures(model, features, labels, SDFedWeights())
+    assert set(figures) == {"sdfed_ce", "sdfed_retention", "sdfed_separation", "projector_removed_energy"}
+    expected = sdfed_loss(encoder, global_ctx(), local_ctx(), model.projector, features, labels, 1.0)[1]
+    assert figures["sdfed_ce"] == pytest.approx(float(expected["ce"]))
+    assert figures["projector_removed_energy"] == pytest.approx(removed_energy(local_ctx.context, model.projector))
