@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from clients.per_class import PerClassClient
 from fedapp.aggregation import Arrays
-from fedapp.methods.fedd2p import knowledge_loss, soft_labels
+from fedapp.methods.fedd2p import distillation_term, knowledge_loss, soft_labels
 from fedapp.training import LossFn, cross_entropy_loss
 
 
@@ -34,6 +34,14 @@ class FedD2PClient(PerClassClient):
     def round_epochs(self) -> int | None:
         warmup = self.config.warmup_epochs
         return warmup if warmup and self.personal_rounds() == 0 else None
+
+    def round_figures(self, model: nn.Module, global_stats: Arrays) -> dict[str, float]:
+        """What S3 leaves: the KL to the server's knowledge after this round's training."""
+        knowledge, present = global_stats
+        temperature = self.distil_temperature
+        return {
+            "distillation_kl": distillation_term(model, self.data.train, knowledge, present, temperature, self.device)
+        }
 
     def round_loss(self, global_stats: Arrays) -> LossFn:
         # S0: the client's first round trains on its labels alone; later rounds distil.

@@ -26,6 +26,10 @@ class PerClassClient(FedAppClient):
         """This round's loss (the method's, unless a subclass warms up first)."""
         return self.loss(global_stats)
 
+    def round_figures(self, model: nn.Module, global_stats: Arrays) -> dict[str, float]:
+        """The method's own figures of the round, from the trained model (default: none)."""
+        return {}
+
     def round_epochs(self) -> int | None:
         """This round's local epochs (None: ``local-epochs``)."""
         return None
@@ -41,7 +45,8 @@ class PerClassClient(FedAppClient):
         )
         # Training plus one forward pass over the data for the statistics.
         statistics = forward_flops(model, self.input_shape) * len(self.data.train)
-        return [means, counts], result.num_examples, self.fit_metrics(result, statistics)
+        figures = self.round_figures(model, parameters)
+        return [means, counts], result.num_examples, {**self.fit_metrics(result, statistics), **figures}
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         return self.load_personal_model()

@@ -19,7 +19,13 @@ import torch
 from fedapp.aggregation import Arrays
 from fedapp.errors import ConfigError, ModelError, StateError
 from fedapp.flower.strategy import ClientUpdate
-from fedapp.methods.fedd2p import ServerKnowledgeModel, class_descriptions, global_knowledge, train_generator
+from fedapp.methods.fedd2p import (
+    ServerKnowledgeModel,
+    class_descriptions,
+    class_distribution_figures,
+    global_knowledge,
+    train_generator,
+)
 from fedapp.models import load_open_clip
 from fedapp.models.vpt import vision_tower_shape
 from fedapp.training import select_device
@@ -84,6 +90,7 @@ class FedD2PStrategy(PerClassStrategy):
 
     def aggregate_updates(self, server_round: int, updates: list[ClientUpdate]) -> Arrays:
         pooled, present = super().aggregate_updates(server_round, updates)
+        self.add_distribution_metrics(server_round, "a", pooled, present)
         method = self.config.method
         if method == "fedd2p-agg":
             return [pooled, present]
@@ -99,4 +106,11 @@ class FedD2PStrategy(PerClassStrategy):
         )
         self.add_round_metric(server_round, "generator_loss", loss)
         knowledge = global_knowledge(self.knowledge_model, cfg.d2p_tau2)
+        self.add_distribution_metrics(server_round, "g", knowledge, present)
         return [knowledge, present]
+
+    def add_distribution_metrics(self, server_round: int, name: str, rows, present) -> None:
+        """``<name>_true_class_mass`` and ``<name>_entropy`` of the round's ``a_c`` or ``g_c``:
+        how sharp the knowledge is that goes to the prompt generator, and back to the devices."""
+        for figure, value in class_distribution_figures(rows, present).items():
+            self.add_round_metric(server_round, f"{name}_{figure}", value)

@@ -28,10 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedapp.data.tensors import iterate_batches
 from fedapp.errors import ConfigError
 from fedapp.methods.per_class import class_distillation_loss
 from fedapp.models.text_prompt import class_phrase
-from fedapp.training import LossFn
+from fedapp.training import LossFn, TensorData
 
 if TYPE_CHECKING:
     from fedapp.models.clip import LoadedClip
@@ -68,6 +69,39 @@ def knowledge_loss(knowledge: np.ndarray, present: np.ndarray, weight: float, te
 
 
 # ----- server side ----------------------------------------------------------------
+
+
+def class_distribution_figures(rows: np.ndarray, present: np.ndarray) -> dict[str, float]:
+    """How sharp per-class distributions are (``a_c`` or ``g_c``), over the classes ``present``:
+    the mean mass on the row's own class, and the mean entropy (nats). Empty without a class."""
+    held = np.flatnonzero(np.asarray(present) > 0)
+    if held.size == 0:
+        return {}
+    own = rows[held, held].astype(np.float64)
+    probabilities = np.clip(rows[held].astype(np.float64), 1e-12, 1.0)
+    entropy = -(probabilities * np.log(probabilities)).sum(axis=1)
+    return {"true_class_mass": float(own.mean()), "entropy": float(entropy.mean())}
+
+
+@torch.no_grad()
+def distillation_term(
+    model: nn.Module, data: TensorData, knowledge: np.ndarray, present: np.ndarray, temperature: float, device
+) -> float:
+    """S3's KL term, ``KL(g_y || softmax(f(x) / T))``, averaged over the samples whose class has
+    knowledge (0 when none has): how far the device still is from the server's knowledge."""
+    rows = torch.as_tensor(knowledge, dtype=torch.float32, device=device)
+    mask = torch.as_tensor(present, dtype=torch.float32, device=device)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    count = torch.zeros((), dtype=torch.float64, device=device)
+    model.to(device)
+    model.eval()
+    for xb, yb in iterate_batches(data.x, data.y, 256, shuffle=False):
+        xb, yb = xb.to(device), yb.to(device)
+        log_student = F.log_softmax(model(xb) / temperature, dim=1)
+        per_sample = F.kl_div(log_student, rows[yb], reduction="none").sum(dim=1)
+        total += (per_sample * mask[yb]).sum()
+        count += mask[yb].sum()
+    return float(total / count) if float(count) > 0 else 0.0
 
 
 def class_descriptions(class_names: Sequence[str], template: str, dataset: str = "") -> list[str]:

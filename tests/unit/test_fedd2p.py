@@ -12,15 +12,19 @@ from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.flower.strategy import ClientUpdate
+from fedapp.inprocess import run_in_process
 from fedapp.methods.fedd2p import (
     PromptGenerator,
     ServerKnowledgeModel,
     class_descriptions,
+    class_distribution_figures,
+    distillation_term,
     global_knowledge,
     knowledge_loss,
     train_generator,
 )
 from fedapp.state import MemoryStateStore
+from fedapp.training import TensorData
 from strategies.fedd2p import FedD2PStrategy
 
 CLASSES = 10
@@ -206,3 +210,31 @@ def test_the_client_distils_at_tau1_as_the_papers_eq_3_writes_it(method):
     torch.testing.assert_close(
         earlier.loss([knowledge, present])(model, x, y), knowledge_loss(knowledge, present, 1.0, 1.0)(model, x, y)
     )
+
+
+def test_the_sharpness_of_a_and_g_and_the_devices_distillation_gap_are_figures_of_every_round():
+    rows = np.array([[0.7, 0.2, 0.1], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]], np.float32)
+    figures = class_distribution_figures(rows, np.array([1.0, 1.0, 0.0]))
+    assert figures["true_class_mass"] == pytest.approx((0.7 + 0.5) / 2)
+    entropy = -(0.7 * np.log(0.7) + 0.2 * np.log(0.2) + 0.1 * np.log(0.1)) - 2 * 0.5 * np.log(0.5)
+    assert figures["entropy"] == pytest.approx(entropy / 2, rel=1e-5)
+    assert class_distribution_figures(rows, np.zeros(3)) == {}
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    data = TensorData(torch.randn(6, 5), torch.tensor([0, 1, 2, 0, 1, 2]))
+    present = np.array([1.0, 1.0, 0.0], np.float32)
+    log_student = F.log_softmax(model(data.x) / 2.0, dim=1)
+    kl = F.kl_div(log_student, torch.as_tensor(rows)[data.y], reduction="none").sum(dim=1)
+    expected = float(kl[data.y != 2].mean().detach())
+    assert distillation_term(model, data, rows, present, 2.0, "cpu") == pytest.approx(expected, rel=1e-5)
+    assert distillation_term(model, data, rows, np.zeros(3), 2.0, "cpu") == 0.0
+
+    history = run_in_process(
+        {"method": "fedd2p", "client-models": "vgg-2", "num-partitions": 2, "num-rounds": 2, "shots-per-class": 3,
+         "d2p-steps": 2}
+    ).history  # fmt: skip
+    for record in history:
+        for name in ("a_true_class_mass", "a_entropy", "g_true_class_mass", "g_entropy", "fit_distillation_kl"):
+            assert np.isfinite(record.extra[name]), (record.round, name)
+        assert 0.0 <= record.extra["g_true_class_mass"] <= 1.0
