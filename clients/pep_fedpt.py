@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
-from fedapp.methods.pep_fedpt import ccmp_mixer, class_prior
+from fedapp.methods.pep_fedpt import ccmp_mixer, class_prior, mixing_figures, relative_change
 from fedapp.methods.per_class import per_class_means
 from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
@@ -54,7 +54,13 @@ class PEPFedPTClient(VisualPromptClient):
 
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
         model = self._model(parameters)
+        received = (model.prompts.class_prompts.detach().clone(), model.prompts.head.weight.detach().clone())
         metrics = self.train_prompted(model, int(config["server-round"]))
+        # The mechanism at work: how far this round moved the class prompts against the head, and
+        # how the per-sample mixing weighs the classes on this client's images.
+        metrics["class_prompt_change"] = relative_change(received[0], model.prompts.class_prompts.detach())
+        metrics["head_change"] = relative_change(received[1], model.prompts.head.weight.detach())
+        metrics.update(mixing_figures(model, self.images("train"), self.device))
         # Per-class means of the CLS tokens entering each class layer, with the trained prompts.
         means, counts = per_class_means(
             model,

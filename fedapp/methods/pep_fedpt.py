@@ -20,9 +20,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from fedapp.data.tensors import iterate_batches
 from fedapp.models.vpt import ClassMixer
+from fedapp.training import TensorData
 
 
 def class_prior(label_counts: np.ndarray) -> Tensor:
@@ -77,3 +79,40 @@ def ccmp_mixer(
         return mixing_weights(cls, per_layer[j].to(cls.device), mask.to(cls.device), prior.to(cls.device), temperature)
 
     return mix
+
+
+@torch.no_grad()
+def mixing_figures(model: nn.Module, data: TensorData, device: torch.device | str, batch_size: int = 256) -> dict:
+    """How the per-sample mixing behaves on a client's images: the mean entropy (nats) of the
+    class weights over samples and class layers (``mix_entropy``; ln(classes) is uniform, 0 is
+    one class), and how often their top class is the sample's label (``mix_top_is_label``).
+    Runs ``model`` (a :class:`~fedapp.models.vpt.PromptedViT` whose mixer is a module) without gradients."""
+    entropy = torch.zeros((), dtype=torch.float64, device=device)
+    hits = torch.zeros((), dtype=torch.float64, device=device)
+    seen = 0
+    labels: list[Tensor] = []
+
+    def record(_mixer: nn.Module, _inputs: tuple, weights: Tensor) -> None:
+        nonlocal entropy, hits, seen
+        entropy += -(weights * weights.clamp_min(1e-12).log()).sum(dim=1).sum()
+        hits += (weights.argmax(dim=1) == labels[-1]).sum()
+        seen += weights.shape[0]
+
+    handle = model.mixer.register_forward_hook(record)
+    try:
+        model.to(device)
+        model.eval()
+        for xb, yb in iterate_batches(data.x, data.y, batch_size, shuffle=False):
+            labels.append(yb.to(device))
+            model.tokens(xb.to(device))
+    finally:
+        handle.remove()
+    if seen == 0:
+        return {}
+    return {"mix_entropy": float(entropy) / seen, "mix_top_is_label": float(hits) / seen}
+
+
+def relative_change(before: Tensor, after: Tensor) -> float:
+    """``||after - before|| / ||before||``: how far a round's training moved a tensor (0 without a norm)."""
+    norm = float(before.float().norm())
+    return float((after.float() - before.float()).norm()) / norm if norm > 0 else 0.0

@@ -15,13 +15,14 @@ from fedapp.config import held_out_partitions, resolve_run_config
 from fedapp.errors import ConfigError, ModelError
 from fedapp.flower.driver import stand_in_manager
 from fedapp.flower.strategy import ClientUpdate
-from fedapp.methods.pep_fedpt import ccmp_mixer, class_prior, mixing_weights
+from fedapp.methods.pep_fedpt import ccmp_mixer, class_prior, mixing_figures, mixing_weights, relative_change
 from fedapp.methods.per_class import merge_per_class
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import TINY_VIT, load_open_clip
 from fedapp.models.vpt import PromptedViT, VisualPrompts, vision_tower_shape
 from fedapp.params import get_arrays
 from fedapp.state import MemoryStateStore
+from fedapp.training import TensorData
 from strategies.fedvpt import FedVPTStrategy
 from strategies.pep_fedpt import PEPFedPTStrategy
 
@@ -201,6 +202,10 @@ def test_pep_fedpt_client_uploads_global_arrays_and_class_statistics_only():
     held = arrays[-1] > 0
     assert np.all(np.abs(arrays[-2][held]).sum(axis=1) > 0) and np.all(arrays[-2][~held] == 0)
     assert n == len(client.data.train) and metrics["train_flops"] > 0
+    # The mechanism's figures (issue 41): how far the round moved the class prompts and the head,
+    # and the mixing's entropy (at most ln(classes)) and agreement with the labels.
+    assert metrics["class_prompt_change"] > 0 and metrics["head_change"] > 0
+    assert 0.0 <= metrics["mix_entropy"] <= np.log(CLASSES) + 1e-6 and 0.0 <= metrics["mix_top_is_label"] <= 1.0
     # The prompts and head trained; the client kept nothing for itself.
     assert any(not np.array_equal(a, b) for a, b in zip(arrays[:-2], start[:-2], strict=True))
     assert mapping == {}
@@ -315,3 +320,24 @@ def test_held_out_partitions_depend_on_the_seed_only():
     assert held_out_partitions(a) == held_out_partitions(b)
     assert len(held_out_partitions(a)) == 4 and held_out_partitions(a) != held_out_partitions(c)
     assert held_out_partitions(resolve_run_config({})) == frozenset()
+
+
+class UniformMixer(torch.nn.Module):
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.classes = classes
+
+    def forward(self, j: int, cls: torch.Tensor) -> torch.Tensor:
+        return torch.full((cls.shape[0], self.classes), 1.0 / self.classes)
+
+
+def test_mixing_figures_read_the_weights_the_mixer_gives():
+    shape = vision_tower_shape(TINY_VIT)
+    prompts = VisualPrompts(shape, 4, prompt_layers=(1,), prompt_length=2, class_layers=(5, 6), class_length=2)
+    model = PromptedViT(load_open_clip(TINY_VIT), prompts, mixer=UniformMixer(4))
+    data = TensorData(torch.randn(6, 3, 32, 32), torch.tensor([0, 1, 2, 3, 0, 0]))
+    figures = mixing_figures(model, data, "cpu", batch_size=4)
+    assert figures["mix_entropy"] == pytest.approx(np.log(4), rel=1e-6)  # uniform: the most uncertain
+    assert figures["mix_top_is_label"] == pytest.approx(3 / 6)  # uniform's argmax is class 0
+    assert relative_change(torch.ones(4), torch.ones(4) * 1.5) == pytest.approx(0.5)
+    assert relative_change(torch.zeros(2), torch.ones(2)) == 0.0
