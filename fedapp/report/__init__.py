@@ -24,7 +24,7 @@ Its parts, each importable from here:
 from fedapp.report.cli import main
 from fedapp.report.protocol import describe_protocol
 from fedapp.report.render import MAIN_HEADER, figure_panels, render_markdown, write_figure, write_report
-from fedapp.report.runs import REQUIRED_METRICS, ReportRow, expand_run_dirs, load_run, report_rows
+from fedapp.report.runs import MECHANISM_FIGURES, REQUIRED_METRICS, ReportRow, expand_run_dirs, load_run, report_rows
 from fedapp.report.seeds import SEED_HEADER, SeedGroup, group_by_seed, render_seed_table
 from fedapp.report.tables import (
     FIGURE_COLUMNS,
@@ -41,6 +41,7 @@ from fedapp.report.tables import (
 __all__ = [
     "FIGURE_COLUMNS",
     "MAIN_HEADER",
+    "MECHANISM_FIGURES",
     "MISSING",
     "NOT_REACHED",
     "REQUIRED_METRICS",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedapp.metrics import save_accuracy_figure
-from fedapp.report.runs import ReportRow, report_rows
+from fedapp.report.runs import MECHANISM_FIGURES, ReportRow, report_rows
 from fedapp.report.seeds import group_by_seed, render_seed_table
 from fedapp.report.tables import (
     FIGURE_COLUMNS,
@@ -99,6 +99,20 @@ def _domain_section(rows: Sequence[ReportRow]) -> list[str]:
     return ["", "## Accuracy per domain (last round)", "", markdown_table(["run", *map(table_cell, domains)], body)]
 
 
+def _mechanism_section(rows: Sequence[ReportRow]) -> list[str]:
+    """The seed methods' mechanism figures the runs recorded (last round); nothing when none did."""
+    with_figures = [row for row in rows if row.mechanism]
+    if not with_figures:
+        return []
+    names = [name for name in MECHANISM_FIGURES if any(name in row.mechanism for row in with_figures)]
+    body = [
+        [table_cell(row.run)]
+        + [MISSING if name not in row.mechanism else f"{row.mechanism[name]:.4g}" for name in names]
+        for row in with_figures
+    ]
+    return ["", "## The methods' mechanisms (last round)", "", markdown_table(["run", *names], body)]
+
+
 def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str:
     """The report's markdown: title, target line, main table, seed table, per-domain table, figure link."""
     parts = [
@@ -111,6 +125,7 @@ def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str
         _main_table(rows),
         *_seed_section(rows),
         *_domain_section(rows),
+        *_mechanism_section(rows),
     ]
     if figure:
         parts += ["", f"![mean accuracy vs round and vs MB]({figure})"]

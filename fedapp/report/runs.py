@@ -64,6 +64,8 @@ class ReportRow:
         None if the target was not reached or the run did not record them.
     domain_acc : Mapping[str, float]
         Domain name -> mean accuracy of its evaluated clients, from the latest round that has it.
+    mechanism : Mapping[str, float]
+        The figures of :data:`MECHANISM_FIGURES` the run recorded, from the latest round that has each.
     curve_rounds, curve_acc_mean, curve_mb : tuple
         Per-round round number, mean accuracy and cumulative MB, for the figure.
     config : Mapping[str, Any]
@@ -96,6 +98,33 @@ class ReportRow:
     curve_mb: tuple[float, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
     num_rounds: int | None = None
+    mechanism: Mapping[str, float] = field(default_factory=dict)
+
+
+MECHANISM_FIGURES: tuple[str, ...] = (
+    # SDFed: the loss's terms and what refinement removes.
+    "fit_sdfed_ce",
+    "fit_sdfed_retention",
+    "fit_sdfed_separation",
+    "fit_projector_removed_energy",
+    # FedD2P: how sharp a_c and g_c are, and the devices' remaining distillation gap.
+    "a_true_class_mass",
+    "a_entropy",
+    "g_true_class_mass",
+    "g_entropy",
+    "fit_distillation_kl",
+    # PEP-FedPT: what the round moved, and how the mixing weighs the classes.
+    "fit_class_prompt_change",
+    "fit_head_change",
+    "fit_mix_entropy",
+    "fit_mix_top_is_label",
+    # pFedLoRA: every reading of its inference.
+    "eval_head_accuracy",
+    "eval_adapter_accuracy",
+    "eval_combined_accuracy",
+)
+"""The per-round figures that show a seed method's mechanism at work (the methods' pages say
+what each means); the report lists the last value of those a run recorded."""
 
 
 def _latest(lines: Sequence[Mapping[str, Any]], key: str) -> Any:
@@ -247,6 +276,7 @@ def load_run(run_dir: Path, target: float | None = None) -> ReportRow:
         curve_acc_mean=tuple(acc),
         curve_mb=tuple(float(line["mb_cumulative"]) for line in lines),
         config=config,
+        mechanism={key: value for key in MECHANISM_FIGURES if (value := _latest(lines, key)) is not None},
     )
 
 

@@ -493,3 +493,29 @@ def test_a_run_made_before_a_key_existed_groups_with_runs_at_its_default(tmp_pat
 def test_no_seed_table_when_no_setting_repeats(tmp_path: Path) -> None:
     run = write_run(tmp_path, "one", {**BASE_CONFIG, "seed": 0}, curve([0.5, 0.6], [10, 10], [1.0, 1.0]))
     assert "over seeds" not in report.render_markdown(report_rows([run]))
+
+
+def test_the_report_lists_the_mechanism_figures_a_run_recorded(runs, tmp_path):
+    """The seed methods' per-round figures (issue 41) reach the report: the last value of each a run
+    recorded, in a table of their own; a run without any is left out of it."""
+    sdfed = write_run(
+        tmp_path / "results",
+        "c-sdfed",
+        {**BASE_CONFIG, "method": "sdfed"},
+        curve(
+            [0.4, 0.5],
+            [1000, 1000],
+            [1.0, 1.0],
+            fit_sdfed_separation=[0.3, 0.125],
+            fit_projector_removed_energy=[0.007, None],
+        ),
+    )
+    markdown = write_report([runs["held"], sdfed], tmp_path / "report.md", None, 0.5)
+    figures = table(markdown, "run | fit_sdfed_separation")
+    assert list(figures) == ["c-sdfed"]
+    assert figures["c-sdfed"] == {
+        "run": "c-sdfed",
+        "fit_sdfed_separation": "0.125",
+        "fit_projector_removed_energy": "0.007",
+    }
+    assert "The methods' mechanisms" not in write_report([runs["held"]], tmp_path / "plain.md", None, 0.5)
