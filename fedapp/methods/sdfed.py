@@ -1,5 +1,10 @@
 """SDFed math: subspace refinement, retention/separation losses, the local objective.
 
+Why this module is long: it is the whole of SDFed's client side, one short function per
+piece (the projector and its two readings, refinement, each term of the loss, the
+two-branch classifier) and the figures that show those pieces acting, so that the
+method reads in one place.
+
 Our reading of the paper is on the docs' SDFed page. Each client holds a
 shared global prompt ``G_s`` (8 × d_tok) and a private local prompt ``G_c``
 (S_l × d_tok). Once per round the received ``G_s`` yields a projector ``R``
