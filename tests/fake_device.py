@@ -18,7 +18,9 @@ creates without the model's device and feeds to the model, a loss or an optimise
 inputs not moved to the model's device; ``.numpy()`` without ``.cpu()``.
 What it cannot catch: kernels, memory and speed (nothing runs on a GPU); CUDA-only
 behaviour (streams, non-blocking copies read too early, ``torch.cuda`` calls other
-than the ones stood in here, autocast on ``cuda``); mixing inside C++ code that
+than the ones stood in here, autocast on ``cuda``); a CPU tensor written into a GPU
+tensor's advanced index (``t[idx] = cpu_values``: let through, as CUDA lets a slice
+assignment through, though it may refuse advanced indexing); mixing inside C++ code that
 never returns to Python (the autograd engine's own buffers are not checked, but the
 gradients it leaves on marked parameters are marked).
 """
