@@ -114,5 +114,6 @@ def mixing_figures(model: nn.Module, data: TensorData, device: torch.device | st
 
 def relative_change(before: Tensor, after: Tensor) -> float:
     """``||after - before|| / ||before||``: how far a round's training moved a tensor (0 without a norm)."""
-    norm = float(before.float().norm())
-    return float((after.float() - before.float()).norm()) / norm if norm > 0 else 0.0
+    before = before.to(device=after.device, dtype=torch.float32)  # taken before training moved the model
+    norm = float(before.norm())
+    return float((after.float() - before).norm()) / norm if norm > 0 else 0.0
