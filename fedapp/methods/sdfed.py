@@ -357,6 +357,19 @@ class SDFedClassifier(nn.Module):
         self.register_buffer("projector", projector.detach().clone())
         self.register_buffer("logit_scale", logit_scale.detach().clone())
 
+    def loss(self, features: Tensor, labels: Tensor, weights: SDFedWeights) -> tuple[Tensor, dict[str, Tensor]]:
+        """:func:`sdfed_loss` of this round's prompts, projector and temperature."""
+        return sdfed_loss(
+            self.encoder,
+            self.global_context.context,
+            self.local_context.context,
+            self.projector,
+            features,
+            labels,
+            self.logit_scale,
+            weights,
+        )
+
     def forward(self, image_features: Tensor) -> Tensor:
         text_global = self.encoder.encode_classes(self.global_context.context)
         text_local = self.encoder.encode_classes(refine(self.local_context.context, self.projector))
@@ -378,16 +391,7 @@ def mechanism_figures(model: SDFedClassifier, features: Tensor, labels: Tensor, 
     loss's three terms (``sdfed_ce``, ``sdfed_retention`` L_str, ``sdfed_separation`` L_sep) on
     its training features, and the share of its local prompt's energy the projector removes
     (``projector_removed_energy``)."""
-    _, terms = sdfed_loss(
-        model.encoder,
-        model.global_context.context,
-        model.local_context.context,
-        model.projector,
-        features,
-        labels,
-        model.logit_scale,
-        weights,
-    )
+    _, terms = model.loss(features, labels, weights)
     figures = {f"sdfed_{name}": float(terms[name]) for name in ("ce", "retention", "separation")}
     figures["projector_removed_energy"] = removed_energy(model.local_context.context, model.projector)
     return figures
@@ -397,17 +401,7 @@ def sdfed_train_loss(weights: SDFedWeights) -> LossFn:
     """CE + alpha L_str + beta L_sep for the shared train loop."""
 
     def loss(model: SDFedClassifier, features: Tensor, labels: Tensor) -> Tensor:
-        value, _ = sdfed_loss(
-            model.encoder,
-            model.global_context.context,
-            model.local_context.context,
-            model.projector,
-            features,
-            labels,
-            model.logit_scale,
-            weights,
-        )
-        return value
+        return model.loss(features, labels, weights)[0]
 
     return loss
 
