@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
-from fedapp.methods.pep_fedpt import ccmp_mixer, class_prior, mixing_figures, relative_change
+from fedapp.methods.pep_fedpt import MixingRecorder, ccmp_mixer, class_prior, relative_change
 from fedapp.methods.per_class import per_class_means
 from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
@@ -60,15 +60,14 @@ class PEPFedPTClient(VisualPromptClient):
         # how the per-sample mixing weighs the classes on this client's images.
         metrics["class_prompt_change"] = relative_change(received[0], model.prompts.class_prompts.detach())
         metrics["head_change"] = relative_change(received[1], model.prompts.head.weight.detach())
-        metrics.update(mixing_figures(model, self.images("train"), self.device))
-        # Per-class means of the CLS tokens entering each class layer, with the trained prompts.
-        means, counts = per_class_means(
-            model,
-            lambda m, x: m.tokens(x)[1].flatten(1),
-            self.images("train"),
-            self.data.num_classes,
-            device=self.device,
-        )
+        # Per-class means of the CLS tokens entering each class layer, with the trained prompts;
+        # the same pass records how the mixing weighs the classes.
+        train = self.images("train")
+        with MixingRecorder(model, train.y) as mixing:
+            means, counts = per_class_means(
+                model, lambda m, x: m.tokens(x)[1].flatten(1), train, self.data.num_classes, device=self.device
+            )
+        metrics.update(mixing.figures())
         return [*get_arrays(model.prompts), means, counts.astype(np.int64)], len(self.data.train), metrics
 
     def inference_module(self, parameters: Arrays) -> PromptedViT:

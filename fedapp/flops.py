@@ -52,7 +52,7 @@ _LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
 _CACHE_SIZE = 256
 _FORMAT = 1  # of the disk cache's entries: bump when what a count covers changes
-_step_cache: OrderedDict[tuple, int] = OrderedDict()
+_step_cache: OrderedDict[str, int] = OrderedDict()  # architecture digest -> FLOPs
 
 
 class _MetaStandIns(TorchFunctionMode):

@@ -22,9 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedapp.data.tensors import iterate_batches
 from fedapp.models.vpt import ClassMixer
-from fedapp.training import TensorData
 
 
 def class_prior(label_counts: np.ndarray) -> Tensor:
@@ -81,35 +79,41 @@ def ccmp_mixer(
     return mix
 
 
-@torch.no_grad()
-def mixing_figures(model: nn.Module, data: TensorData, device: torch.device | str, batch_size: int = 256) -> dict:
-    """How the per-sample mixing behaves on a client's images: the mean entropy (nats) of the
-    class weights over samples and class layers (``mix_entropy``; ln(classes) is uniform, 0 is
-    one class), and how often their top class is the sample's label (``mix_top_is_label``).
-    Runs ``model`` (a :class:`~fedapp.models.vpt.PromptedViT` whose mixer is a module) without gradients."""
-    entropy = torch.zeros((), dtype=torch.float64, device=device)
-    hits = torch.zeros((), dtype=torch.float64, device=device)
-    seen = 0
-    labels: list[Tensor] = []
+class MixingRecorder:
+    """Records how the per-sample mixing behaves while ``model`` runs over ``labels``' samples in
+    order (the pass that computes the prototypes, so no pass of its own): the mean entropy (nats)
+    of the class weights over samples and class layers (``mix_entropy``; ln(classes) is uniform,
+    0 is one class), and how often their top class is the sample's label (``mix_top_is_label``).
 
-    def record(_mixer: nn.Module, _inputs: tuple, weights: Tensor) -> None:
-        nonlocal entropy, hits, seen
-        entropy += -(weights * weights.clamp_min(1e-12).log()).sum(dim=1).sum()
-        hits += (weights.argmax(dim=1) == labels[-1]).sum()
-        seen += weights.shape[0]
+    ``with MixingRecorder(model, labels) as recorder: ...`` then ``recorder.figures()``; ``model``
+    is a :class:`~fedapp.models.vpt.PromptedViT` whose mixer is a module.
+    """
 
-    handle = model.mixer.register_forward_hook(record)
-    try:
-        model.to(device)
-        model.eval()
-        for xb, yb in iterate_batches(data.x, data.y, batch_size, shuffle=False):
-            labels.append(yb.to(device))
-            model.tokens(xb.to(device))
-    finally:
-        handle.remove()
-    if seen == 0:
-        return {}
-    return {"mix_entropy": float(entropy) / seen, "mix_top_is_label": float(hits) / seen}
+    def __init__(self, model: nn.Module, labels: Tensor) -> None:
+        self.model, self.labels = model, labels
+        self.entropy = self.hits = 0.0
+        self.seen, self.start, self.end = 0, 0, 0
+
+    def _record(self, _mixer: nn.Module, inputs: tuple, weights: Tensor) -> None:
+        if inputs[0] == 0:  # the first class layer of a new batch: the next samples in order
+            self.start, self.end = self.end, self.end + weights.shape[0]
+        labels = self.labels[self.start : self.end].to(weights.device)
+        # Summed on the device; read once in figures().
+        self.entropy = self.entropy + (-(weights * weights.clamp_min(1e-12).log()).sum(dim=1).sum()).double()
+        self.hits = self.hits + (weights.argmax(dim=1) == labels).sum().double()
+        self.seen += weights.shape[0]
+
+    def __enter__(self) -> MixingRecorder:
+        self._handle = self.model.mixer.register_forward_hook(self._record)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+    def figures(self) -> dict[str, float]:
+        if self.seen == 0:
+            return {}
+        return {"mix_entropy": float(self.entropy) / self.seen, "mix_top_is_label": float(self.hits) / self.seen}
 
 
 def relative_change(before: Tensor, after: Tensor) -> float:

@@ -15,7 +15,7 @@ from fedapp.config import held_out_partitions, resolve_run_config
 from fedapp.errors import ConfigError, ModelError
 from fedapp.flower.driver import stand_in_manager
 from fedapp.flower.strategy import ClientUpdate
-from fedapp.methods.pep_fedpt import ccmp_mixer, class_prior, mixing_figures, mixing_weights, relative_change
+from fedapp.methods.pep_fedpt import MixingRecorder, ccmp_mixer, class_prior, mixing_weights, relative_change
 from fedapp.methods.per_class import merge_per_class
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import TINY_VIT, load_open_clip
@@ -336,7 +336,10 @@ def test_mixing_figures_read_the_weights_the_mixer_gives():
     prompts = VisualPrompts(shape, 4, prompt_layers=(1,), prompt_length=2, class_layers=(5, 6), class_length=2)
     model = PromptedViT(load_open_clip(TINY_VIT), prompts, mixer=UniformMixer(4))
     data = TensorData(torch.randn(6, 3, 32, 32), torch.tensor([0, 1, 2, 3, 0, 0]))
-    figures = mixing_figures(model, data, "cpu", batch_size=4)
+    with MixingRecorder(model, data.y) as recorder, torch.no_grad():
+        for start in (0, 4):  # in order, in batches, as the prototype pass runs
+            model.tokens(data.x[start : start + 4])
+    figures = recorder.figures()
     assert figures["mix_entropy"] == pytest.approx(np.log(4), rel=1e-6)  # uniform: the most uncertain
     assert figures["mix_top_is_label"] == pytest.approx(3 / 6)  # uniform's argmax is class 0
     assert relative_change(torch.ones(4), torch.ones(4) * 1.5) == pytest.approx(0.5)
