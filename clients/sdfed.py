@@ -33,6 +33,8 @@ class SDFedClient(PromptClient):
             beta=cfg.sdfed_beta,
             gamma=cfg.sdfed_gamma,
             lam=cfg.sdfed_lambda,
+            combination=cfg.sdfed_combination,
+            separation_moves_global=cfg.sdfed_separation_moves_global,
         )
 
     def _classifier(self, global_prompt: np.ndarray, encoder: PromptTextEncoder | None = None) -> SDFedClassifier:

@@ -213,6 +213,7 @@ def partition(config: RunConfig, source: ArrayDataset, num_partitions: int) -> l
         config.partition,
         alpha=config.alpha,
         classes_per_client=config.classes_per_client,
+        class_assignment=config.class_assignment,
         shards_per_client=config.shards_per_client,
         seed=config.seed,
         cache_dir=resolve_cache_dir(config.cache_dir),

@@ -91,11 +91,15 @@ GROUPS: tuple[Group, ...] = (
     Group(
         "Partitioning",
         _keys(
-            "num-partitions partition alpha classes-per-client shards-per-client clients-per-domain synthetic-domains"
+            "num-partitions partition alpha classes-per-client class-assignment shards-per-client clients-per-domain "
+            "synthetic-domains"
         ),
         (
             "`num-partitions` is the number of clients when the node config does not say (a simulation sets it). "
-            "`partition`: `iid`; `dirichlet` by `alpha`; `pathological` with `classes-per-client`; `shard` with "
+            "`partition`: `iid`; `dirichlet` by `alpha`; `pathological` with `classes-per-client` "
+            "classes a client, chosen by `class-assignment` (the default draws them with the seed, client i always "
+            "holding class i mod C so that every class has a client; `deterministic` gives client i the classes "
+            "i, i+1, ... under every seed); `shard` with "
             "`shards-per-client`; `domain` gives each domain to `clients-per-domain` clients, which split it by "
             "Dirichlet with `alpha` (see [Multi-domain clients](protocols.md#multi-domain-clients)).",
             "`synthetic-domains` turns any dataset into k = 2..6 deterministic domains (`grayscale`, `blur`, "
@@ -166,11 +170,15 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "SDFed",
-        _keys("local-prompt-lengths sdfed-lambda sdfed-gamma sdfed-alpha sdfed-beta projector-mode"),
+        _keys(
+            "local-prompt-lengths sdfed-lambda sdfed-gamma sdfed-alpha sdfed-beta projector-mode sdfed-combination "
+            "sdfed-separation-moves-global"
+        ),
         (
             "See [SDFed](methods/sdfed.md). `local-prompt-lengths` is one number, a comma list cycled over "
             "clients, or a seeded draw `random:A-B`; the paper's `random:4-64` needs a 77-token model such as "
-            "ViT-B-16 (`conf/sdfed-vitb16.yaml`).",
+            "ViT-B-16 (`conf/sdfed-vitb16.yaml`). `projector-mode`, `sdfed-combination` and "
+            "`sdfed-separation-moves-global` choose between readings of the paper (its page says which is which).",
         ),
         level=3,
     ),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from fedapp.catalog import CATALOG, methods_where
 from fedapp.config.aggregation_rules import UPLOAD_RULES
 from fedapp.config.derived import client_clip_model_names, client_model_names, held_out_partitions, parse_local_split
-from fedapp.config.schema import DATASET_CLASSES, Scalar, did_you_mean
+from fedapp.config.schema import DATASET_CLASSES, did_you_mean
 from fedapp.errors import ConfigError
 from fedapp.extras import clip_client_requirements, require_all
 
@@ -203,13 +203,22 @@ def _check_local_prompt_lengths(config: RunConfig) -> None:
     from fedapp.errors import ModelError  # noqa: PLC0415
     from fedapp.models.clip import text_context_length  # noqa: PLC0415 - open_clip only for CLIP methods
 
-    # (key, its value as set, the prompt length of each client in turn)
-    lengths: list[tuple[str, Scalar, list[int]]] = [("prompt-length", config.prompt_length, [config.prompt_length])]
+    # (the keys and their values as set, the prompt length of each client in turn)
+    lengths: list[tuple[str, list[int]]] = [
+        (f"config key 'prompt-length' = {config.prompt_length!r}", [config.prompt_length])
+    ]
     if config.method == "sdfed":
         from fedapp.methods.local_prompt_lengths import parse_local_lengths  # noqa: PLC0415
 
         drawn = parse_local_lengths(config.local_prompt_lengths, config.num_partitions, config.seed)
-        lengths.append(("local-prompt-lengths", config.local_prompt_lengths, drawn))
+        what = f"config key 'local-prompt-lengths' = {config.local_prompt_lengths!r}"
+        if config.sdfed_combination == "sequence":  # one sequence holds both prompts
+            drawn = [config.prompt_length + length for length in drawn]
+            what = (
+                f"config keys 'prompt-length' = {config.prompt_length!r} and {what[len('config key ') :]} "
+                "with sdfed-combination = 'sequence'"
+            )
+        lengths.append((what, drawn))
     models = client_clip_model_names(config)
     try:
         rooms = {model: text_context_length(model) - 3 for model in set(models)}
@@ -218,11 +227,11 @@ def _check_local_prompt_lengths(config: RunConfig) -> None:
     for client in range(config.num_partitions):
         model = models[client % len(models)]
         room = rooms[model]
-        for key, value, values in lengths:
+        for what, values in lengths:
             length = values[client % len(values)]
             if length > room:
                 raise ConfigError(
-                    f"config key '{key}' = {value!r} gives client {client} a prompt of {length} tokens, but "
+                    f"{what} gives client {client} a prompt of {length} tokens, but "
                     f"{model!r} reads {room + 3} text tokens (start, prompt, class name, end): use at most {room}, "
                     "or a model with a longer context (ViT-B-16: 77)"
                 )

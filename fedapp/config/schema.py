@@ -25,6 +25,8 @@ Scalar = bool | int | float | str
 ADAPTER_KINDS = ("matrix", "direct")
 DATASETS = ("digits", "imagefolder", "domains", "cifar10", "cifar100", "hf")
 PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "domain")
+# fedapp.data.partitioners.CLASS_ASSIGNMENTS (the config must not import numpy); a test keeps them equal.
+CLASS_ASSIGNMENTS = ("first-deterministic", "random", "deterministic")
 # len(fedapp.data.domains.SYNTHETIC_DOMAINS); a test keeps them equal.
 MAX_SYNTHETIC_DOMAINS = 6
 STATE_BACKENDS = ("memory", "disk")
@@ -162,6 +164,12 @@ class Settings:
     )
     alpha: float = setting(0.3, "Dirichlet concentration", low=0.0, low_open=True)
     classes_per_client: int = setting(2, "classes per client (pathological)", low=1)
+    class_assignment: str = setting(
+        "first-deterministic",
+        "pathological: how client class sets are chosen (first-deterministic: client i gets class i mod C "
+        "and the seed draws the rest; random: the seed draws all; deterministic: i, i+1, ... under every seed)",
+        choices=CLASS_ASSIGNMENTS,
+    )
     shards_per_client: int = setting(2, "shards per client (shard)", low=1)
     num_partitions: int = setting(10, "clients when the node config does not say", low=1)
     num_rounds: int = setting(15, "server rounds", low=1)
@@ -212,7 +220,18 @@ class Settings:
     sdfed_alpha: float = setting(1.0, "SDFed weight of information retention L_str", low=0.0)
     sdfed_beta: float = setting(1.0, "SDFed weight of divergence control L_sep", low=0.0)
     projector_mode: str = setting(
-        "rank", "SDFed projector: rank of G_s (ours) or the literal dim", choices=("rank", "dim")
+        "dim",
+        "SDFed projector: the paper's floor(lambda * token width) directions (dim) or floor(lambda * rank(G_s)) (rank)",
+        choices=("dim", "rank"),
+    )
+    sdfed_combination: str = setting(
+        "average",
+        "SDFed: average the cosines of [G_s][class] and [refined G_c][class] (average) or encode one "
+        "sequence [G_s][refined G_c][class] (sequence)",
+        choices=("average", "sequence"),
+    )
+    sdfed_separation_moves_global: bool = setting(
+        True, "SDFed: L_sep's gradient reaches the global prompt too (true, the loss as written) or only G_c"
     )
     class_prompt_layers: str = setting("5,6,7", "PEP-FedPT layers (from 1) with class-specific prompts, e.g. 5,6,7")
     class_prompt_length: int = setting(4, "PEP-FedPT tokens per class-specific prompt", low=1)

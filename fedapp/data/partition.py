@@ -7,8 +7,12 @@ each reads and the samples it covers:
 * ``dirichlet``: each class shared out by Dirichlet(``alpha``) proportions (smaller
   is more skewed), redrawn until every client holds ``min_partition_size``
   samples; covers every sample;
-* ``pathological``: ``classes_per_client`` distinct classes per client; covers
-  every sample when ``num_partitions + classes_per_client - 1 >= num_classes``;
+* ``pathological``: ``classes_per_client`` distinct classes per client, the class
+  sets chosen by ``class_assignment`` (:data:`~fedapp.data.partitioners.CLASS_ASSIGNMENTS`:
+  ``first-deterministic`` gives client ``i`` class ``i mod C`` and draws the rest with
+  the seed, ``random`` draws them all, ``deterministic`` gives ``i, i+1, ...`` under
+  every seed); covers every sample when each class has a client (always for
+  ``first-deterministic`` with ``num_partitions >= num_classes``);
 * ``shard``: ``shards_per_client`` label-sorted shards per client; drops the
   remainder of ``N / (num_partitions * shards_per_client)``;
 * ``domain``: partition ``p`` holds domain ``p // clients_per_domain`` of
@@ -54,6 +58,7 @@ def partition_indices(
     shards_per_client: int = 2,
     seed: int = 0,
     min_partition_size: int = 0,
+    class_assignment: str = partitioners.CLASS_ASSIGNMENTS[0],
     cache_dir: str | os.PathLike | None = None,
     domains: np.ndarray | None = None,
     clients_per_domain: int = 1,
@@ -77,8 +82,9 @@ def partition_indices(
     seed : int
         Seed of the shuffle and of the partitioner.
     min_partition_size : int
-        ``dirichlet``: smallest acceptable client; ``0`` means
-        ``max(1, min(10, N // num_partitions // 2))``.
+        ``dirichlet``: smallest acceptable client; ``0`` means ``max(1, min(10, N // num_partitions // 2))``.
+    class_assignment : str
+        ``pathological``: how the class sets are chosen (see the module docstring).
     cache_dir : str or os.PathLike, optional
         Folder of the on-disk cache; ``None`` keeps the cache in memory only.
     domains : np.ndarray, optional
@@ -94,14 +100,14 @@ def partition_indices(
     Raises
     ------
     DataError
-        If an argument is out of range, the partitioner cannot satisfy it, or a
-        client ends up with no samples.
+        An argument out of range, a partitioner that cannot satisfy it, or a client with no samples.
     """
-    label_array = _as_labels(labels)
+    labels = _as_labels(labels)
     shared = {"alpha": alpha, "seed": seed, "min_partition_size": min_partition_size, "cache_dir": cache_dir}
     if scheme == "domain":
-        return _domain_parts(label_array, domains, num_partitions, clients_per_domain, **shared)
-    return _label_parts(label_array, num_partitions, scheme, classes_per_client, shards_per_client, **shared)
+        return _domain_parts(labels, domains, num_partitions, clients_per_domain, **shared)
+    by_label = (classes_per_client, shards_per_client, class_assignment)
+    return _label_parts(labels, num_partitions, scheme, *by_label, **shared)
 
 
 def _label_parts(
@@ -110,6 +116,7 @@ def _label_parts(
     scheme: str,
     classes_per_client: int,
     shards_per_client: int,
+    class_assignment: str,
     *,
     alpha: float,
     seed: int,
@@ -126,6 +133,10 @@ def _label_parts(
         shards_per_client=shards_per_client,
         min_partition_size=min_partition_size,
     )
+    if class_assignment not in partitioners.CLASS_ASSIGNMENTS:
+        raise DataError(
+            f"class_assignment must be one of {', '.join(partitioners.CLASS_ASSIGNMENTS)}, got {class_assignment!r}"
+        )
     if scheme == "dirichlet" and min_partition_size == 0:
         min_partition_size = max(1, min(_DIRICHLET_MIN_SIZE_CAP, len(labels) // num_partitions // 2))
     parts = _partition_cached(
@@ -137,6 +148,8 @@ def _label_parts(
         shards_per_client=int(shards_per_client),
         seed=int(seed),
         min_partition_size=int(min_partition_size),
+        # Only the pathological scheme reads it; the others keep one cache entry.
+        class_assignment=class_assignment if scheme == "pathological" else partitioners.CLASS_ASSIGNMENTS[0],
         cache_dir=None if cache_dir is None else str(cache_dir),
     )
     # Copies, so a caller that mutates its partition cannot corrupt the cache.
@@ -268,6 +281,7 @@ def _partition_cached(
     shards_per_client: int,
     seed: int,
     min_partition_size: int,
+    class_assignment: str,
     cache_dir: str | None,
 ) -> tuple[np.ndarray, ...]:
     arguments = dict(
@@ -276,6 +290,7 @@ def _partition_cached(
         shards_per_client=shards_per_client,
         seed=seed,
         min_partition_size=min_partition_size,
+        class_assignment=class_assignment,
     )
     path = None
     if cache_dir is not None:

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from fedapp.data.arrays import save_npz_atomically
-from fedapp.data.partitioners import PATHOLOGICAL_ASSIGNMENT
 
 __all__ = ["cache_path", "read_parts", "write_parts"]
 
@@ -51,7 +50,7 @@ def cache_path(cache_dir: Path, labels_digest: str, num_partitions: int, scheme:
             versions.append(version(package))
         except PackageNotFoundError:
             versions.append("?")
-    text = repr((labels_digest, num_partitions, scheme, sorted(arguments.items()), PATHOLOGICAL_ASSIGNMENT, versions))
+    text = repr((labels_digest, num_partitions, scheme, sorted(arguments.items()), versions))
     return cache_dir / "partitions" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.npz"
 
 

@@ -9,6 +9,7 @@ imported only when a partition is actually computed.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -19,12 +20,17 @@ from fedapp.errors import DataError
 if TYPE_CHECKING:  # flwr-datasets (and HF datasets, scipy, seaborn with it) take seconds to import
     from flwr_datasets.partitioner import Partitioner
 
-__all__ = ["PATHOLOGICAL_ASSIGNMENT", "compute_parts", "make_partitioner"]
+__all__ = ["CLASS_ASSIGNMENTS", "compute_parts", "make_partitioner"]
 
-# "deterministic" gives partition i the classes i, i+1, ..., i+k-1 (mod C): every
-# class is used as soon as num_partitions + k - 1 >= C, and class usage is
-# balanced. The seed still decides which samples of a class go where.
-PATHOLOGICAL_ASSIGNMENT = "deterministic"
+log = logging.getLogger("flwr.fedapp")
+
+# flwr-datasets' class_assignment_mode of the pathological scheme. "first-deterministic"
+# gives partition i the class i (mod C) and draws its other classes with the seed, so
+# every class has a client once num_partitions >= C and the seed varies the class sets
+# (as the usual protocol draws them per run); "random" draws all of them (a class may go
+# unused, its samples dropped); "deterministic" gives partition i the classes
+# i, i+1, ..., i+k-1 (mod C) under every seed.
+CLASS_ASSIGNMENTS = ("first-deterministic", "random", "deterministic")
 
 
 def compute_parts(labels: np.ndarray, num_partitions: int, scheme: str, **arguments: Any) -> tuple[np.ndarray, ...]:
@@ -40,7 +46,7 @@ def compute_parts(labels: np.ndarray, num_partitions: int, scheme: str, **argume
         ``iid``, ``dirichlet``, ``pathological`` or ``shard``.
     **arguments
         :func:`make_partitioner`'s keywords (``alpha``, ``classes_per_client``,
-        ``shards_per_client``, ``seed``, ``min_partition_size``).
+        ``shards_per_client``, ``seed``, ``min_partition_size``, ``class_assignment``).
 
     Returns
     -------
@@ -62,6 +68,8 @@ def compute_parts(labels: np.ndarray, num_partitions: int, scheme: str, **argume
     partitioner.dataset = table
     parts = _run_partitioner(partitioner, num_partitions, scheme, arguments["alpha"])
     _check_non_empty(parts, scheme)
+    if scheme == "pathological":
+        _warn_unused_classes(labels, parts, arguments.get("class_assignment", CLASS_ASSIGNMENTS[0]))
     for part in parts:
         part.setflags(write=False)
     return tuple(parts)
@@ -76,6 +84,7 @@ def make_partitioner(
     shards_per_client: int,
     seed: int,
     min_partition_size: int,
+    class_assignment: str = CLASS_ASSIGNMENTS[0],
 ) -> Partitioner:
     """The flwr-datasets partitioner of ``scheme``, seeded; its dataset is set by the caller.
 
@@ -85,7 +94,7 @@ def make_partitioner(
         ``iid``, ``dirichlet``, ``pathological`` or ``shard``.
     num_partitions : int
         Number of clients.
-    alpha, classes_per_client, shards_per_client, seed, min_partition_size
+    alpha, classes_per_client, shards_per_client, seed, min_partition_size, class_assignment
         As in :func:`fedapp.data.partition.partition_indices`.
 
     Returns
@@ -116,7 +125,7 @@ def make_partitioner(
             num_partitions=num_partitions,
             partition_by="label",
             num_classes_per_partition=classes_per_client,
-            class_assignment_mode=PATHOLOGICAL_ASSIGNMENT,
+            class_assignment_mode=class_assignment,
             seed=seed,
         )
     return ShardPartitioner(
@@ -132,6 +141,8 @@ def _run_partitioner(partitioner: Partitioner, num_partitions: int, scheme: str,
             warnings.filterwarnings("ignore", message="The specified min_partition_size")
             # datasets' sort (shard) trips a pyarrow deprecation we cannot act on.
             warnings.filterwarnings("ignore", message="Specifying null_placement", category=FutureWarning)
+            # Its advice names an argument of its own; _warn_unused_classes says it in our keys.
+            warnings.filterwarnings("ignore", message="Classes: .* will NOT be used", category=UserWarning)
             return [
                 np.sort(np.asarray(partitioner.load_partition(pid)["idx"], dtype=np.int64))
                 for pid in range(num_partitions)
@@ -143,6 +154,17 @@ def _run_partitioner(partitioner: Partitioner, num_partitions: int, scheme: str,
         raise DataError(
             f"{scheme} partitioning into {num_partitions} clients failed{hint}. flwr-datasets said: {exc}"
         ) from exc
+
+
+def _warn_unused_classes(labels: np.ndarray, parts: list[np.ndarray], class_assignment: str) -> None:
+    unused = sorted(set(np.unique(labels).tolist()) - set(np.unique(labels[np.concatenate(parts)]).tolist()))
+    if unused:
+        log.warning(
+            "class-assignment = %s gave no client the classes %s: their samples are not used "
+            "(first-deterministic gives every class a client when there are at least as many clients as classes)",
+            class_assignment,
+            unused,
+        )
 
 
 def _check_non_empty(parts: list[np.ndarray], scheme: str) -> None:

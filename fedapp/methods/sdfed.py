@@ -10,7 +10,8 @@ shared global prompt ``G_s`` (8 × d_tok) and a private local prompt ``G_c``
 (S_l × d_tok). Once per round the received ``G_s`` yields a projector ``R``
 that removes its dominant right-singular directions; the local branch uses
 ``G̃_c = G_c R``. Both branches go through the same frozen text encoder and
-the same class tokens, and the logits average their cosines. How long each
+the same class tokens, and the logits average their cosines (or, the other
+reading, one sequence ``[G_s][G̃_c]`` is encoded). How long each
 client's ``G_c`` is comes from :mod:`fedapp.methods.local_prompt_lengths`
 (re-exported here, where callers such as the config check import them).
 
@@ -32,6 +33,7 @@ from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_log
 from fedapp.training import LossFn
 
 __all__ = [
+    "COMBINATIONS",
     "PROJECTOR_MODES",
     "Projector",
     "SDFedClassifier",
@@ -44,6 +46,7 @@ __all__ = [
     "retention_loss",
     "round_classifier",
     "sample_local_lengths",
+    "sdfed_class_logits",
     "sdfed_logits",
     "sdfed_loss",
     "sdfed_train_loss",
@@ -52,8 +55,14 @@ __all__ = [
     "top_right_singular_vectors",
 ]
 
-PROJECTOR_MODES: tuple[str, ...] = ("rank", "dim")
-"""``rank``: drop ⌊λ·rank(G_s)⌋ directions (default); ``dim``: the paper's literal ⌊λ·d_tok⌋."""
+PROJECTOR_MODES: tuple[str, ...] = ("dim", "rank")
+"""``dim``: the paper's ⌊λm⌋ over the token width m (default; beyond rank(G_s) it also drops
+an arbitrary basis of G_s's null space); ``rank``: ⌊λ·rank(G_s)⌋ directions, the dominant ones only."""
+
+COMBINATIONS: tuple[str, ...] = ("average", "sequence")
+"""How the two prompts make a class's text: ``average`` encodes ``[G_s][class]`` and
+``[G̃_c][class]`` and averages the two cosines (default); ``sequence`` encodes one
+sequence ``[SOS][G_s][G̃_c][class][EOS]``."""
 
 # floor(λ·r) on floats: 0.29 * 100 is 28.999999999999996, which should count as 29.
 _FLOOR_EPS = 1e-9
@@ -129,7 +138,7 @@ def _numerical_rank(singular_values: Tensor, shape: tuple[int, int], dtype: torc
 def build_projector(
     global_prompt: Tensor,
     lam: float = 0.6,
-    mode: str = "rank",
+    mode: str = "dim",
     rank_tol: float | None = None,
 ) -> Projector:
     """SDFed's subspace-refinement projector from the received global prompt.
@@ -137,7 +146,7 @@ def build_projector(
     With ``G_s = U Σ Xᵀ``, removes the top ``k = ⌊λ r⌋`` right-singular
     directions: ``R = I − X_top X_topᵀ``. ``r`` is the numerical rank of
     ``G_s`` (mode ``"rank"``) or its width ``d_tok`` (mode ``"dim"``, the
-    paper's literal ``⌊λ m⌋``, which also drops arbitrary null directions).
+    paper's ``⌊λ m⌋`` with ``X = [x_1, ..., x_m]``, which also drops arbitrary null directions).
 
     Parameters
     ----------
@@ -145,7 +154,7 @@ def build_projector(
         ``G_s``, ``(8, d_tok)``.
     lam : float, default 0.6
         Fraction λ in ``[0, 1]``.
-    mode : {"rank", "dim"}, default "rank"
+    mode : {"dim", "rank"}, default "dim"
         What λ is a fraction of.
     rank_tol : float, optional
         Singular values at or below it count as zero; default as
@@ -185,7 +194,7 @@ def build_projector(
 def subspace_projector(
     global_prompt: Tensor,
     lam: float = 0.6,
-    mode: str = "rank",
+    mode: str = "dim",
     rank_tol: float | None = None,
 ) -> Tensor:
     """``R`` of :func:`build_projector` alone (``(d, d)``, no grad)."""
@@ -249,6 +258,41 @@ def sdfed_logits(
     )
 
 
+def sdfed_class_logits(
+    encoder: PromptTextEncoder,
+    global_ctx: Tensor,
+    refined_ctx: Tensor,
+    image_features: Tensor,
+    logit_scale: Tensor | float,
+    combination: str = "average",
+) -> Tensor:
+    """Logits of the two prompts combined as ``combination`` says (:data:`COMBINATIONS`).
+
+    Parameters
+    ----------
+    encoder : PromptTextEncoder
+        The frozen text encoder with this client's classes.
+    global_ctx, refined_ctx : Tensor
+        ``G_s`` ``(8, d_tok)`` and ``G̃_c = G_c R`` ``(S_l, d_tok)``.
+    image_features : Tensor
+        ``(N, D)``, normalised.
+    logit_scale : Tensor or float
+        The frozen model's log temperature.
+    combination : str
+        ``average`` or ``sequence``.
+
+    Returns
+    -------
+    Tensor
+        ``(N, K)`` logits.
+    """
+    if combination == "sequence":
+        return clip_logits(image_features, encoder.encode_classes(torch.cat([global_ctx, refined_ctx])), logit_scale)
+    return sdfed_logits(
+        image_features, encoder.encode_classes(global_ctx), encoder.encode_classes(refined_ctx), logit_scale
+    )
+
+
 @dataclass(frozen=True)
 class SDFedWeights:
     """SDFed's loss weights and refinement hyper-parameters (paper defaults).
@@ -263,14 +307,24 @@ class SDFedWeights:
         Margin γ of ``L_sep``.
     lam : float
         Fraction λ of directions the projector removes.
+    combination : str
+        One of :data:`COMBINATIONS`.
+    separation_moves_global : bool
+        Whether ``L_sep``'s gradient reaches ``G_s`` (True, the loss as written: each
+        client also pushes the shared prompt away from its local one before upload) or
+        only ``G_c`` (False: ``G_s`` is a fixed target inside ``L_sep``).
     """
 
     alpha: float = 1.0
     beta: float = 1.0
     gamma: float = 0.8
     lam: float = 0.6
+    combination: str = "average"
+    separation_moves_global: bool = True
 
     def __post_init__(self) -> None:
+        if self.combination not in COMBINATIONS:
+            raise ConfigError(f"unknown SDFed combination {self.combination!r}; valid: {', '.join(COMBINATIONS)}")
         for name in ("alpha", "beta", "gamma"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
@@ -291,10 +345,10 @@ def sdfed_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """SDFed's client objective ``CE + α L_str + β L_sep``.
 
-    ``t^G`` encodes the classes with ``G_s``, ``t^L`` with ``G_c R``;
+    The logits combine ``G_s`` and ``G_c R`` as ``weights.combination`` says;
     ``d(·)`` is :meth:`PromptTextEncoder.encode_bare`. Both prompts get
-    gradients (the global prompt is trained locally before upload, including
-    through ``L_sep``, as the loss is written).
+    gradients (the global prompt is trained locally before upload, through
+    ``L_sep`` too unless ``weights.separation_moves_global`` is False).
 
     Parameters
     ----------
@@ -324,16 +378,12 @@ def sdfed_loss(
     """
     weights = weights or SDFedWeights()
     refined = refine(local_ctx, projector)
-    logits = sdfed_logits(
-        image_features,
-        encoder.encode_classes(global_ctx),
-        encoder.encode_classes(refined),
-        logit_scale,
-    )
+    logits = sdfed_class_logits(encoder, global_ctx, refined, image_features, logit_scale, weights.combination)
     ce = F.cross_entropy(logits, labels.to(logits.device))
     d_local = encoder.encode_bare(local_ctx)
     retention = retention_loss(d_local, encoder.encode_bare(refined))
-    separation = separation_loss(d_local, encoder.encode_bare(global_ctx), weights.gamma)
+    separation_target = global_ctx if weights.separation_moves_global else global_ctx.detach()
+    separation = separation_loss(d_local, encoder.encode_bare(separation_target), weights.gamma)
     loss = ce + weights.alpha * retention + weights.beta * separation
     terms = {"loss": loss, "ce": ce, "retention": retention, "separation": separation}
     return loss, {name: term.detach() for name, term in terms.items()}
@@ -348,14 +398,16 @@ class SDFedClassifier(nn.Module):
         global_context: PromptContext,
         local_context: PromptContext,
         projector: Tensor,
-        logit_scale: Tensor,
+        logit_scale: Tensor | float,
+        combination: str = "average",
     ) -> None:
         super().__init__()
+        self.combination = combination
         self.encoder = encoder
         self.global_context = global_context
         self.local_context = local_context
         self.register_buffer("projector", projector.detach().clone())
-        self.register_buffer("logit_scale", logit_scale.detach().clone())
+        self.register_buffer("logit_scale", torch.as_tensor(logit_scale).detach().clone())
 
     def loss(self, features: Tensor, labels: Tensor, weights: SDFedWeights) -> tuple[Tensor, dict[str, Tensor]]:
         """:func:`sdfed_loss` of this round's prompts, projector and temperature."""
@@ -371,9 +423,10 @@ class SDFedClassifier(nn.Module):
         )
 
     def forward(self, image_features: Tensor) -> Tensor:
-        text_global = self.encoder.encode_classes(self.global_context.context)
-        text_local = self.encoder.encode_classes(refine(self.local_context.context, self.projector))
-        return sdfed_logits(image_features, text_global, text_local, self.logit_scale)
+        refined = refine(self.local_context.context, self.projector)
+        return sdfed_class_logits(
+            self.encoder, self.global_context.context, refined, image_features, self.logit_scale, self.combination
+        )
 
 
 def removed_energy(local_prompt: Tensor, projector: Tensor) -> float:
@@ -412,7 +465,7 @@ def round_classifier(
     local_context: PromptContext,
     weights: SDFedWeights,
     logit_scale: Tensor | float,
-    projector_mode: str = "rank",
+    projector_mode: str = "dim",
 ) -> SDFedClassifier:
     """One round's classifier: subspace refinement from the global prompt as received
     (the projector is built once per round and held fixed), then both branches.
@@ -424,4 +477,6 @@ def round_classifier(
     """
     _check_prompt(local_context.context.detach(), "local prompt")
     projector = build_projector(global_context.context.detach(), lam=weights.lam, mode=projector_mode)
-    return SDFedClassifier(encoder, global_context, local_context, projector.matrix, logit_scale)
+    return SDFedClassifier(
+        encoder, global_context, local_context, projector.matrix, logit_scale, combination=weights.combination
+    )

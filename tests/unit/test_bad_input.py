@@ -64,6 +64,13 @@ CONFIG_ROWS = [
         {"method": "sdfed", "local-prompt-lengths": "4,55"},
         "gives client 1 a prompt of 55 tokens, but 'fedapp-tiny-clip' reads 32 text tokens",
     ),
+    (
+        "global and local prompts too long as one sequence",
+        {"method": "sdfed", "local-prompt-lengths": "4,24", "sdfed-combination": "sequence"},
+        "config keys 'prompt-length' = 8 and 'local-prompt-lengths' = '4,24' with sdfed-combination = 'sequence' "
+        "gives client 1 a prompt of 32 tokens",
+    ),
+    ("unknown class assignment", {"class-assignment": "cyclic"}, "'class-assignment' = 'cyclic' is not one of"),
 ]
 
 

@@ -13,6 +13,7 @@ from PIL import Image
 from sklearn.datasets import load_digits
 
 from fedapp.config import PARTITIONS as CONFIG_PARTITIONS
+from fedapp.config.schema import CLASS_ASSIGNMENTS as CONFIG_CLASS_ASSIGNMENTS
 from fedapp.data import (
     PARTITIONS,
     SOURCES,
@@ -459,6 +460,51 @@ def test_pathological_gives_exactly_k_labels(labels: np.ndarray) -> None:
     for part in parts:
         assert len(np.unique(labels[part])) == 3
     _assert_disjoint(parts, len(labels), covering=True)
+
+
+def _class_sets(labels: np.ndarray, seed: int, assignment: str) -> list[tuple[int, ...]]:
+    parts = partition_indices(labels, 10, "pathological", seed=seed, class_assignment=assignment)
+    return [tuple(np.unique(labels[part]).tolist()) for part in parts]
+
+
+def test_pathological_class_sets_are_drawn_by_the_seed_by_default(labels: np.ndarray) -> None:
+    # The old fixed assignment gave client i the classes i, i+1 under every seed, so
+    # "3 seeds" never varied which classes a client held.
+    by_seed = [_class_sets(labels, seed, "first-deterministic") for seed in (0, 1, 2)]
+    assert by_seed[0] != by_seed[1] or by_seed[1] != by_seed[2]
+    assert partition_indices(labels, 10, "pathological", seed=1)[3].tolist() == (
+        partition_indices(labels, 10, "pathological", seed=1, class_assignment="first-deterministic")[3].tolist()
+    )
+    for sets in by_seed:
+        assert [pair[0] == client or client in pair for client, pair in enumerate(sets)] == [True] * 10
+        assert set().union(*sets) == set(range(10))  # every class has a client
+    fixed = [_class_sets(labels, seed, "deterministic") for seed in (0, 1, 2)]
+    assert fixed[0] == fixed[1] == fixed[2] == [tuple(sorted((i, (i + 1) % 10))) for i in range(10)]
+
+
+def test_random_class_sets_name_the_classes_no_client_holds(
+    labels: np.ndarray, caplog: pytest.LogCaptureFixture
+) -> None:
+    partition._partition_cached.cache_clear()
+    drawn = {}
+    for seed in (0, 1, 2):
+        caplog.clear()
+        drawn[seed] = _class_sets(labels, seed, "random")
+        unused = sorted(set(range(10)) - set().union(*drawn[seed]))
+        named = [r.getMessage() for r in caplog.records if "gave no client the classes" in r.getMessage()]
+        assert len(named) == (1 if unused else 0)
+        assert not unused or named[0].startswith(f"class-assignment = random gave no client the classes {unused}")
+    assert drawn[0] != drawn[1] and all(len(pair) == 2 for pair in drawn[0])
+    assert any(len(set().union(*sets)) < 10 for sets in drawn.values())  # the case the warning is for
+
+
+def test_unknown_class_assignment_is_named(labels: np.ndarray) -> None:
+    with pytest.raises(DataError, match=r"class_assignment must be one of .*'cyclic'"):
+        partition_indices(labels, 10, "pathological", class_assignment="cyclic")
+
+
+def test_config_class_assignments_match_the_data_layer() -> None:
+    assert CONFIG_CLASS_ASSIGNMENTS == partitioners.CLASS_ASSIGNMENTS
 
 
 def test_dirichlet_skew_grows_as_alpha_shrinks(labels: np.ndarray) -> None:

@@ -56,7 +56,7 @@ def test_projector_is_symmetric_idempotent_and_constant(width: int) -> None:
 
 def test_projector_removes_exactly_the_top_directions(width: int) -> None:
     g = _random(8, width, seed=1)
-    proj = build_projector(g, lam=0.6)
+    proj = build_projector(g, lam=0.6, mode="rank")
     assert proj.rank == 8 and proj.k == 4  # floor(0.6 * 8)
     _, _, vh = torch.linalg.svd(g.double(), full_matrices=False)
     x_top = vh[:4].float()
@@ -73,9 +73,9 @@ def test_projector_removes_exactly_the_top_directions(width: int) -> None:
 
 def test_rank_mode_uses_numerical_rank(width: int) -> None:
     g = _random(8, 5, seed=3) @ _random(5, width, seed=4)  # rank 5 in an 8-row prompt
-    proj = build_projector(g, lam=0.6)
+    proj = build_projector(g, lam=0.6, mode="rank")
     assert proj.rank == 5 and proj.k == 3
-    assert build_projector(g, lam=0.6, rank_tol=1e9).k == 0
+    assert build_projector(g, lam=0.6, mode="rank", rank_tol=1e9).k == 0
     assert torch.equal(build_projector(g, lam=0.0).matrix, torch.eye(width))
 
 
@@ -230,3 +230,62 @@ def test_an_sdfed_round_reports_its_loss_terms_and_the_removed_energy(encoder: P
     expected = sdfed_loss(encoder, global_ctx(), local_ctx(), model.projector, features, labels, 1.0)[1]
     assert figures["sdfed_ce"] == pytest.approx(float(expected["ce"]))
     assert figures["projector_removed_energy"] == pytest.approx(removed_energy(local_ctx.context, model.projector))
+
+
+def test_the_default_projector_is_the_papers_floor_lambda_m_over_the_token_width(
+    encoder: PromptTextEncoder, width: int
+) -> None:
+    """The paper's X = [x_1, ..., x_m] and its top ⌊λm⌋ (issue 41): the run config, the functions and
+    the round's classifier all default to it; the old default (the rank) removed 4 directions."""
+    from fedapp.config import RunConfig  # noqa: PLC0415
+
+    assert RunConfig().projector_mode == "dim"
+    global_ctx = PromptContext(8, width, generator=40)
+    model = round_classifier(encoder, global_ctx, PromptContext(6, width, generator=41), SDFedWeights(), 1.0)
+    torch.testing.assert_close(torch.trace(model.projector), torch.tensor(float(width - int(0.6 * width))))
+    assert build_projector(global_ctx.context).k == int(0.6 * width)
+
+
+def test_the_sequence_combination_encodes_one_prompt_of_both(encoder: PromptTextEncoder, width: int) -> None:
+    global_ctx, local_ctx = PromptContext(8, width, generator=42), PromptContext(6, width, generator=43)
+    features = torch.nn.functional.normalize(_random(5, encoder.embed_dim, seed=44), dim=-1)
+    sequence = round_classifier(encoder, global_ctx, local_ctx, SDFedWeights(combination="sequence"), 1.0)
+    average = round_classifier(encoder, global_ctx, local_ctx, SDFedWeights(), 1.0)
+    refined = refine(local_ctx.context, sequence.projector)
+    with torch.no_grad():
+        text = encoder.encode_classes(torch.cat([global_ctx.context, refined]))
+        torch.testing.assert_close(sequence(features), clip_logits(features, text, 1.0))
+        assert not torch.allclose(sequence(features), average(features))
+    labels = torch.tensor([0, 1, 2, 0, 1])
+    loss, _ = sequence.loss(features, labels, SDFedWeights(combination="sequence"))
+    loss.backward()
+    assert global_ctx.context.grad.abs().sum() > 0 and local_ctx.context.grad.abs().sum() > 0
+    with pytest.raises(ConfigError, match="unknown SDFed combination 'concat'"):
+        SDFedWeights(combination="concat")
+
+
+def test_a_detached_separation_leaves_the_global_prompt_to_the_cross_entropy(
+    encoder: PromptTextEncoder, width: int
+) -> None:
+    """L_sep as written moves G_s too (each client pushes the shared prompt away from its own local
+    prompt before upload); with ``separation_moves_global=False`` only G_c feels it."""
+    global_ctx = PromptContext(8, width, generator=45)
+    local_ctx = PromptContext(8, width, generator=47)
+    features = torch.nn.functional.normalize(_random(4, encoder.embed_dim, seed=46), dim=-1)
+    labels = torch.tensor([0, 1, 2, 0])
+    eye = torch.eye(width)
+
+    def gradients(weights: SDFedWeights) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        global_ctx.context.grad = local_ctx.context.grad = None
+        loss, terms = sdfed_loss(encoder, global_ctx(), local_ctx(), eye, features, labels, 1.0, weights)
+        loss.backward()
+        return global_ctx.context.grad.clone(), local_ctx.context.grad.clone(), terms
+
+    # γ = 2 (the largest distance of unit vectors) keeps the hinge active.
+    as_written = gradients(SDFedWeights(alpha=0.0, gamma=2.0))
+    detached = gradients(SDFedWeights(alpha=0.0, gamma=2.0, separation_moves_global=False))
+    ce_alone = gradients(SDFedWeights(alpha=0.0, beta=0.0))
+    assert float(as_written[2]["separation"]) == float(detached[2]["separation"]) > 0  # the hinge is active
+    torch.testing.assert_close(detached[0], ce_alone[0])  # G_s: the cross-entropy's gradient alone
+    assert not torch.allclose(as_written[0], ce_alone[0])
+    torch.testing.assert_close(as_written[1], detached[1])  # G_c: the same either way
