@@ -97,8 +97,9 @@ ADAPTATIONS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "claims-family-c": (
         {"batch-size": 32},
-        "batch 128 over a device's few images (50 a class, 1-3 classes at alpha 0.1) is 1 SGD step an "
-        "epoch, so a brief run would need 15 rounds (45 s); at batch 32 an epoch is 4-5 steps",
+        "batch 128 over a device's few digits images (1-3 classes at alpha 0.1, 72 images a class in the "
+        "federated share) is 1 SGD step an epoch, so a brief run would need 15 rounds (45 s); at batch 32 an "
+        "epoch is 4-5 steps",
     ),
     "claims-family-b-fedavg-cnn": (
         {"num-rounds": 5},
