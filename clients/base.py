@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -94,9 +95,11 @@ class FedAppClient(NumPyClient):
         params=None,
         data: TensorData | None = None,
         epochs: int | None = None,
+        lr_scale: Callable[[nn.Parameter], float] | None = None,
     ) -> TrainResult:
         """Local training with the configured epochs (unless ``epochs`` says otherwise),
-        batch size and optimiser, on the client's training images unless ``data`` says otherwise."""
+        batch size and optimiser (each parameter's ``lr`` scaled by ``lr_scale``), on the
+        client's training images unless ``data`` says otherwise."""
         cfg = self.config
         self.trained_round = server_round  # echoed in fit_metrics, so the server can refuse stale replies
         return train(
@@ -111,6 +114,7 @@ class FedAppClient(NumPyClient):
             loss_fn=loss_fn,
             params=params,
             device=self.device,
+            lr_scale=lr_scale,
         )
 
     def test_model(self, model: nn.Module, data: TensorData | None = None) -> EvalResult:

@@ -61,8 +61,17 @@ class VisualPromptClient(FedAppClient):
         return PromptedViT(self.clip, learner, mixer)
 
     def train_prompted(self, model: PromptedViT, server_round: int) -> dict:
-        """Train the prompts and head (the backbone is frozen); returns fit metrics."""
-        result = self.train_model(model, server_round, params=model.prompts.parameters(), data=self.images("train"))
+        """Train the prompts and head (the backbone is frozen), the prompts at ``prompt-lr-scale``
+        times ``lr``; returns fit metrics."""
+        head = {id(param) for param in model.prompts.head.parameters()}
+        scale = self.config.prompt_lr_scale
+
+        def lr_scale(param: nn.Parameter) -> float:
+            return 1.0 if id(param) in head else scale
+
+        result = self.train_model(
+            model, server_round, params=model.prompts.parameters(), data=self.images("train"), lr_scale=lr_scale
+        )
         return self.fit_metrics(result)
 
     def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:

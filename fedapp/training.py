@@ -141,9 +141,19 @@ class FunctionalSGD:
     ClientApp is a new process for every message, so every message would pay it.
     """
 
-    def __init__(self, params: Iterable[nn.Parameter], *, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        params: Iterable[nn.Parameter],
+        *,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        lr_scale: Callable[[nn.Parameter], float] | None = None,
+    ):
         self.params = list(params)
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        # Each parameter's own learning rate: lr times its scale (a prompt learning-rate multiplier).
+        self.lrs = [lr * (1.0 if lr_scale is None else float(lr_scale(param))) for param in self.params]
         self.momentum_buffers: list[Tensor | None] = [None] * len(self.params)
 
     def zero_grad(self) -> None:
@@ -152,22 +162,23 @@ class FunctionalSGD:
 
     @torch.no_grad()
     def step(self) -> None:
-        stepped = [i for i, param in enumerate(self.params) if param.grad is not None]
-        buffers = [self.momentum_buffers[i] for i in stepped]
-        sgd(
-            [self.params[i] for i in stepped],
-            [self.params[i].grad for i in stepped],
-            buffers,
-            weight_decay=self.weight_decay,
-            momentum=self.momentum,
-            lr=self.lr,
-            dampening=0.0,
-            nesterov=False,
-            maximize=False,
-        )
-        if self.momentum != 0:
-            for i, buffer in zip(stepped, buffers, strict=True):
-                self.momentum_buffers[i] = buffer
+        for lr in dict.fromkeys(self.lrs):  # one kernel call per learning rate, as torch's param groups
+            stepped = [i for i, param in enumerate(self.params) if param.grad is not None and self.lrs[i] == lr]
+            buffers = [self.momentum_buffers[i] for i in stepped]
+            sgd(
+                [self.params[i] for i in stepped],
+                [self.params[i].grad for i in stepped],
+                buffers,
+                weight_decay=self.weight_decay,
+                momentum=self.momentum,
+                lr=lr,
+                dampening=0.0,
+                nesterov=False,
+                maximize=False,
+            )
+            if self.momentum != 0:
+                for i, buffer in zip(stepped, buffers, strict=True):
+                    self.momentum_buffers[i] = buffer
 
 
 def train(
@@ -183,8 +194,10 @@ def train(
     momentum: float = 0.0,
     weight_decay: float = 0.0,
     device: torch.device | str = "cpu",
+    lr_scale: Callable[[nn.Parameter], float] | None = None,
 ) -> TrainResult:
-    """Run ``epochs`` of SGD on ``data`` over ``params`` (default: all trainable).
+    """Run ``epochs`` of SGD on ``data`` over ``params`` (default: all trainable), each
+    parameter at ``lr`` times ``lr_scale(parameter)`` (default 1).
 
     The data order depends only on ``seed``, so a client's training is
     reproducible from (seed, round, partition).
@@ -197,7 +210,7 @@ def train(
     trainable = [p for p in (params if params is not None else model.parameters()) if p.requires_grad]
     if not trainable:
         raise ValueError("train() was given no trainable parameters")
-    optimizer = FunctionalSGD(trainable, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    optimizer = FunctionalSGD(trainable, lr=lr, momentum=momentum, weight_decay=weight_decay, lr_scale=lr_scale)
     generator = torch.Generator().manual_seed(seed)
     steps = 0
     epoch_loss = 0.0

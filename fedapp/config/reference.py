@@ -146,10 +146,12 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "Prompt methods",
-        _keys("prompt-length"),
+        _keys("prompt-length prompt-lr-scale"),
         (
             "The shared prompt's length, for the text- and the visual-prompt methods alike. A text prompt that "
-            "does not fit the model's text context (start, prompt, class name, end) is refused.",
+            "does not fit the model's text context (start, prompt, class name, end) is refused. The visual-prompt "
+            "methods (`local-vpt`, `fedvpt`, `fedvpt-d`, `pep-fedpt`) train their prompts at `prompt-lr-scale` "
+            "times `lr` and their head at `lr`: a prompt's gradient can be a hundredth of the head's.",
         ),
         level=3,
     ),

@@ -233,6 +233,12 @@ class Settings:
     sdfed_separation_moves_global: bool = setting(
         True, "SDFed: L_sep's gradient reaches the global prompt too (true, the loss as written) or only G_c"
     )
+    prompt_lr_scale: float = setting(
+        1.0,
+        "visual-prompt methods: the prompts' learning rate is lr times this (the head's is lr)",
+        low=0.0,
+        low_open=True,
+    )
     class_prompt_layers: str = setting("5,6,7", "PEP-FedPT layers (from 1) with class-specific prompts, e.g. 5,6,7")
     class_prompt_length: int = setting(4, "PEP-FedPT tokens per class-specific prompt", low=1)
     ccmp_temperature: float = setting(0.1, "PEP-FedPT temperature tau of the prompt mixing", low=0.0, low_open=True)

@@ -33,3 +33,26 @@ def test_functional_sgd_equals_torch_sgd_bit_for_bit(momentum, weight_decay):
     assert all(torch.equal(a, b) for a, b in zip(ours, torchs, strict=True))
     untrained = _train(lambda ps: FunctionalSGD(ps, lr=0.0))
     assert not all(torch.equal(a, b) for a, b in zip(ours, untrained, strict=True))  # it did step
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_a_learning_rate_scale_equals_torch_sgds_parameter_groups(momentum):
+    """A prompt learning-rate multiplier: each parameter at lr times its scale, as torch.optim.SGD's
+    parameter groups give (the first layer here at 10x, the rest at lr)."""
+
+    def groups(ps: list) -> list[dict]:
+        return [{"params": ps[:2], "lr": 1.0}, {"params": ps[2:]}]
+
+    def scale_of(ps: list):
+        first = {id(p) for p in ps[:2]}
+        return lambda p: 10.0 if id(p) in first else 1.0
+
+    ours = _train(lambda ps: FunctionalSGD(ps, lr=0.1, momentum=momentum, lr_scale=scale_of(ps)))
+    torchs = _train(lambda ps: torch.optim.SGD(groups(ps), lr=0.1, momentum=momentum))
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(ours, torchs, strict=True))
+    unscaled = _train(lambda ps: FunctionalSGD(ps, lr=0.1, momentum=momentum))
+    assert not torch.allclose(ours[0], unscaled[0])
+    assert torch.equal(
+        _train(lambda ps: FunctionalSGD(ps, lr=0.1, lr_scale=lambda p: 1.0))[0],
+        _train(lambda ps: FunctionalSGD(ps, lr=0.1))[0],
+    )

@@ -344,3 +344,22 @@ def test_mixing_figures_read_the_weights_the_mixer_gives():
     assert figures["mix_top_is_label"] == pytest.approx(3 / 6)  # uniform's argmax is class 0
     assert relative_change(torch.ones(4), torch.ones(4) * 1.5) == pytest.approx(0.5)
     assert relative_change(torch.zeros(2), torch.ones(2)) == 0.0
+
+
+def test_the_prompt_learning_rate_scale_moves_the_prompts_and_leaves_the_heads_step_alone():
+    """prompt-lr-scale (issue 41): the prompts train at lr times it, the head at lr. With momentum 0
+    and one step, the prompt's update is exactly proportional to the scale, the head's unchanged."""
+    start = FedVPTStrategy(setup("fedvpt"), CLASSES).initial_arrays()
+    names = list(build_visual_prompts(setup("fedvpt"), CLASSES).state_dict())
+    head = [i for i, name in enumerate(names) if name.startswith("head.")]
+    prompts = [i for i in range(len(names)) if i not in head and start[i].size]
+    moved = {}
+    for scale in (1.0, 4.0):
+        config = setup("fedvpt", **{"prompt-lr-scale": scale, "momentum": 0.0, "batch-size": 10_000})
+        arrays, _, _ = make_client(FedVPTClient, config, 2).fit(start, {"server-round": 1})
+        moved[scale] = [arrays[i] - start[i] for i in range(len(start))]
+    for i in head:
+        np.testing.assert_array_equal(moved[4.0][i], moved[1.0][i])
+    for i in prompts:
+        assert np.abs(moved[1.0][i]).max() > 0
+        np.testing.assert_allclose(moved[4.0][i], 4.0 * moved[1.0][i], rtol=1e-4, atol=1e-9)
