@@ -19,8 +19,8 @@ import sys
 
 import numpy as np
 
-from fedapp.clientdata import check_data, load_client_data
-from fedapp.config import held_out_partitions, resolve_run_config
+from fedapp.clientdata import check_data, held_out_clients, load_client_data
+from fedapp.config import resolve_run_config
 from fedapp.errors import FedAppError
 from fedapp.launch import expand_preset, parse_overrides
 from fedapp.models.clip import load_open_clip
@@ -36,7 +36,7 @@ def client_accuracies(overrides: dict) -> dict[str, list[float]]:
     clients = config.num_partitions
     check_data(config, clients)
     clip = load_open_clip(config.clip_model, config.pretrained)
-    held = held_out_partitions(config)
+    held = held_out_clients(config)
     scores: dict[str, list[float]] = {"acc": [], "novel": []}
     for pid in range(clients):
         if pid in held:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from fedapp.config import RunConfig, parse_local_split
+from fedapp.config import RunConfig, held_out_partitions, parse_local_split
 from fedapp.data import ArrayDataset, load_source, partition_indices, sample_external_test, split_stratified
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.data.reserve import reserve_parts, subset
@@ -230,6 +230,17 @@ def _partition_cached(config: RunConfig, num_partitions: int) -> tuple[np.ndarra
     for part in parts:
         part.setflags(write=False)
     return parts
+
+
+def held_out_clients(config: RunConfig) -> frozenset[int]:
+    """:func:`~fedapp.config.held_out_partitions` with the classes each partition holds, so that
+    a ``covered`` draw keeps a training client for every class a held-out client holds. The
+    server calls it (it has the data); clients need not know."""
+    if not config.held_out_fraction:
+        return held_out_partitions(config)
+    source = load_dataset(config)
+    parts = _partition_cached(config, config.num_partitions)
+    return held_out_partitions(config, [np.unique(source.labels[part]).tolist() for part in parts])
 
 
 def base_class_count(num_classes: int) -> int:

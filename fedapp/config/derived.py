@@ -9,6 +9,7 @@ without talking.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,20 +32,46 @@ def client_clip_model_names(config: RunConfig) -> tuple[str, ...]:
     return listed or (config.clip_model,)
 
 
-def held_out_partitions(config: RunConfig) -> frozenset[int]:
+def held_out_partitions(config: RunConfig, class_sets: Sequence[Collection[int]] | None = None) -> frozenset[int]:
     """Partitions that never train: ``round(held-out-fraction * num-partitions)`` of
-    them, drawn from the seed alone so server and clients agree without talking,
-    and every client of ``held-out-domain`` (leave-one-domain-out)."""
+    them, drawn from the seed so server and clients agree without talking, and every
+    client of ``held-out-domain`` (leave-one-domain-out).
+
+    With ``class_sets`` (the classes each partition holds) and ``held-out-draw =
+    "covered"``, the seeded order is walked and a client is held out only if every class
+    it holds keeps a training client; a draw that cannot reach the count that way says so.
+    """
     total = config.num_partitions
     held: set[int] = set()
     count = round(config.held_out_fraction * total)
     if count:
         rng = np.random.default_rng([config.seed, 0x4E1D])
-        held.update(int(i) for i in rng.choice(total, size=count, replace=False))
+        drawn = [int(i) for i in rng.choice(total, size=count, replace=False)]
+        if class_sets is None or config.held_out_draw == "any":
+            held.update(drawn)
+        else:
+            # The plain draw first, so that where it already covers every class it is kept as it is.
+            order = drawn + [int(i) for i in rng.permutation(total) if int(i) not in drawn]
+            held.update(_covered_draw(order, count, [set(c) for c in class_sets], config.held_out_fraction))
     domain = config.held_out_domain
     if domain >= 0:
         held.update(p for p in range(total) if domain_of_partition(config, p) == domain)
     return frozenset(held)
+
+
+def _covered_draw(order: list[int], count: int, class_sets: list[set[int]], fraction: float) -> list[int]:
+    held: list[int] = []
+    for candidate in order:
+        training = [class_sets[p] for p in order if p != candidate and p not in held]
+        if all(any(c in classes for classes in training) for c in class_sets[candidate]):
+            held.append(candidate)
+            if len(held) == count:
+                return held
+    raise ConfigError(
+        f"config key 'held-out-fraction' = {fraction} asks for {count} held-out clients, but only {len(held)} "
+        "can be held out so that every class they hold keeps a training client: use a smaller share, more "
+        "clients, or held-out-draw = 'any'"
+    )
 
 
 def domain_of_partition(config: RunConfig, partition: int) -> int | None:

@@ -6,6 +6,9 @@ fields cannot say: the page's introduction, how the keys are grouped
 (:data:`GROUPS`, which must name every key exactly once) and a few notes per
 group. ``python -m fedapp.config.reference`` prints the page and ``--write PATH``
 writes it; a unit test keeps docs/configuration.md equal to this output.
+
+Why this module is long: it is the page's prose, one group of keys after another, kept
+next to the key lists it describes; splitting it would split the page.
 """
 
 from __future__ import annotations
@@ -204,9 +207,10 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "Evaluation protocols",
-        _keys("held-out-fraction held-out-domain base-to-novel target-accuracy"),
+        _keys("held-out-fraction held-out-draw held-out-domain base-to-novel target-accuracy"),
         (
-            "Held-out clients are drawn from `seed`; methods whose global state can serve a new client evaluate "
+            'Held-out clients are drawn from `seed`, by default (`held-out-draw = "covered"`) only clients '
+            "whose every class keeps a training client; methods whose global state can serve a new client evaluate "
             "them each round (`held_out_acc_mean` in the metrics), and the rest must still number at least "
             "`min-clients` (see [Held-out clients](protocols.md#held-out-clients-and-leave-one-domain-out)). "
             "`base-to-novel` needs a method that can name classes it never saw (the text-prompt methods; see "

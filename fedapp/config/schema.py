@@ -261,6 +261,11 @@ class Settings:
     held_out_fraction: float = setting(
         0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
     )
+    held_out_draw: str = setting(
+        "covered",
+        "held-out-fraction: draw only clients whose every class keeps a training client (covered) or any (any)",
+        choices=("covered", "any"),
+    )
     held_out_domain: int = setting(
         -1, "partition = domain: index of the domain whose clients never train (-1 = none)", low=-1
     )

@@ -34,7 +34,8 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.grid_client_proxy import GridClientProxy
 from flwr.superlink.grid import InMemoryGrid
 
-from fedapp.config import RunConfig, domain_of_partition, held_out_partitions
+from fedapp.clientdata import held_out_clients
+from fedapp.config import RunConfig, domain_of_partition
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -50,13 +51,13 @@ class ClientSampler:
     ----------
     config
         The run configuration: ``seed``, ``min-clients``, ``partition`` and the
-        held-out settings (:func:`fedapp.config.held_out_partitions`).
+        held-out settings (:func:`fedapp.clientdata.held_out_clients`).
     """
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
         #: Partitions that never train.
-        self.held_out: frozenset[int] = held_out_partitions(config)
+        self.held_out: frozenset[int] = held_out_clients(config)
         #: Node id -> partition, for every node that answered (or whose registration order said).
         self.partition_of: dict[str, int] = {}
         #: Whether a simulation's registration order may stand for the nodes' answers.

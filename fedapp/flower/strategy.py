@@ -27,8 +27,8 @@ from torch import nn
 from fedapp.aggregation import Arrays
 from fedapp.catalog import CATALOG
 from fedapp.checkpoint import restore_rng_state
-from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names, load_client_data
-from fedapp.config import RunConfig, held_out_partitions
+from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names, held_out_clients, load_client_data
+from fedapp.config import RunConfig
 from fedapp.data.partition_report import write_partition_report
 from fedapp.errors import ConfigError, StateError
 from fedapp.flower import replies
@@ -186,7 +186,7 @@ class FedAppStrategy(Strategy):
         recorder = open_recorder(config, source.domain_names) if record else None
         if recorder is not None:  # partition.json and partition.png: what each client holds
             clients = functools.partial(load_client_data, config)
-            write_partition_report(recorder.directory, config, clients, held_out_partitions(config))
+            write_partition_report(recorder.directory, config, clients, held_out_clients(config))
         return cls(config, source.num_classes, recorder, source.class_names, source.domain_names)
 
     def __repr__(self) -> str:

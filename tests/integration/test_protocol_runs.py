@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from fedapp.clientdata import base_class_count, load_client_data, load_dataset
-from fedapp.config import METHODS, held_out_partitions, resolve_run_config
+from fedapp.clientdata import base_class_count, held_out_clients, load_client_data, load_dataset
+from fedapp.config import METHODS, resolve_run_config
 from fedapp.data.domains import SYNTHETIC_DOMAINS
 from fedapp.flower.driver import drive_rounds, stand_in_manager
 from fedapp.inprocess import InProcessClients
@@ -48,7 +48,7 @@ def run_protocol(overrides, tmp_path):
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_runs_the_domain_and_held_out_protocols(tmp_path, method):
     config, strategy, pool = run_protocol({"method": method, **DOMAIN_PROTOCOL, **METHOD_SETTINGS[method]}, tmp_path)
-    held = held_out_partitions(config)
+    held = held_out_clients(config)
     training = set(range(6)) - held
     assert len(pool.trained) == 2
     for trained, record in zip(pool.trained, strategy.history, strict=True):

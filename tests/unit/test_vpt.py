@@ -10,7 +10,7 @@ from clients.fedvpt import FedVPTClient
 from clients.head_fedavg import HeadFedAvgClient
 from clients.local_vpt import LocalVPTClient
 from clients.pep_fedpt import PEPFedPTClient
-from fedapp.clientdata import load_client_data
+from fedapp.clientdata import held_out_clients, load_client_data
 from fedapp.config import held_out_partitions, resolve_run_config
 from fedapp.errors import ConfigError, ModelError
 from fedapp.flower.driver import stand_in_manager
@@ -267,7 +267,7 @@ def test_local_vpt_keeps_its_prompts_in_its_store_and_sends_nothing():
 
 def test_held_out_clients_never_train_and_are_evaluated_with_the_global_state():
     config = setup("pep-fedpt", **{"num-partitions": 8, "held-out-fraction": 0.25, "min-clients": 2})
-    held = held_out_partitions(config)
+    held = held_out_clients(config)
     assert len(held) == 2
     manager = stand_in_manager(8)
     strategy = PEPFedPTStrategy(config, CLASSES)
@@ -286,7 +286,7 @@ def test_a_method_without_a_global_state_does_not_evaluate_held_out_clients():
     manager = stand_in_manager(8)
     strategy = StandaloneStrategy(config, CLASSES)
     params = strategy.initialize_parameters(manager)
-    held = held_out_partitions(config)
+    held = held_out_clients(config)
     assert {p.partition for p, _ in strategy.configure_evaluate(1, params, manager)} == set(range(8)) - held
 
 
@@ -320,6 +320,45 @@ def test_held_out_partitions_depend_on_the_seed_only():
     assert held_out_partitions(a) == held_out_partitions(b)
     assert len(held_out_partitions(a)) == 4 and held_out_partitions(a) != held_out_partitions(c)
     assert held_out_partitions(resolve_run_config({})) == frozenset()
+
+
+def test_a_covered_draw_keeps_a_training_client_for_every_class_a_held_out_client_holds():
+    """Issue 41: the seed-only draw could hold out the only clients of a class, so the held-out
+    clients were scored on classes nobody trained on. Class sets where client 0 alone holds class 0:"""
+    config = resolve_run_config({"num-partitions": 10, "held-out-fraction": 0.2})
+    lonely = [{0, 1}] + [{c, c + 1} for c in range(1, 10)]  # 1..10; class 0 only on client 0
+    seeds_holding_out_client_0 = [
+        seed
+        for seed in range(40)
+        if 0 in held_out_partitions(resolve_run_config({"num-partitions": 10, "held-out-fraction": 0.2, "seed": seed}))
+    ]
+    assert seeds_holding_out_client_0  # the old draw does it for some seeds
+    for seed in seeds_holding_out_client_0:
+        seeded = resolve_run_config({"num-partitions": 10, "held-out-fraction": 0.2, "seed": seed})
+        covered = held_out_partitions(seeded, lonely)
+        assert len(covered) == 2 and 0 not in covered
+        training = [lonely[p] for p in range(10) if p not in covered]
+        assert all(any(c in t for t in training) for p in covered for c in lonely[p])
+        anyway = resolve_run_config(
+            {"num-partitions": 10, "held-out-fraction": 0.2, "seed": seed, "held-out-draw": "any"}
+        )
+        assert 0 in held_out_partitions(anyway, lonely)
+    # Where the plain draw already covers every class, it is kept as it is.
+    spread = [set(range(10))] * 10
+    assert held_out_partitions(config, spread) == held_out_partitions(config)
+    with pytest.raises(ConfigError, match=r"'held-out-fraction' = 0\.5 asks for 5 held-out clients, but only 0"):
+        held_out_partitions(
+            resolve_run_config({"num-partitions": 10, "held-out-fraction": 0.5}), [{c} for c in range(10)]
+        )
+
+
+def test_the_server_draws_held_out_clients_from_the_partition():
+    config = setup("pep-fedpt", **{"num-partitions": 10, "held-out-fraction": 0.3, "class-assignment": "random"})
+    parts = [set(np.unique(load_client_data(config, p, 10).splits["train"].labels).tolist()) for p in range(10)]
+    held = held_out_clients(config)
+    assert len(held) == 3
+    training = set().union(*(parts[p] for p in range(10) if p not in held))
+    assert all(parts[p] <= training for p in held)
 
 
 class UniformMixer(torch.nn.Module):
