@@ -117,9 +117,15 @@ class FedAppClient(NumPyClient):
             lr_scale=lr_scale,
         )
 
-    def test_model(self, model: nn.Module, data: TensorData | None = None) -> EvalResult:
-        """Accuracy on this client's own test split (or on ``data``)."""
-        return evaluate(model, self.data.test if data is None else data, device=self.device)
+    def test_model(
+        self,
+        model: nn.Module,
+        data: TensorData | None = None,
+        forward: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    ) -> EvalResult:
+        """Accuracy on this client's own test split (or on ``data``), of ``forward(model, x, y)``
+        where given (:func:`fedapp.training.evaluate`)."""
+        return evaluate(model, self.data.test if data is None else data, device=self.device, forward=forward)
 
     # ----- the model this client is scored on, and its export ------------------
 

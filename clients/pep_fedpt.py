@@ -8,10 +8,20 @@ from torch import Tensor, nn
 
 from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
-from fedapp.methods.pep_fedpt import MixingRecorder, ccmp_mixer, class_prior, relative_change
+from fedapp.methods.pep_fedpt import (
+    MixingRecorder,
+    OracleMixer,
+    ccmp_mixer,
+    class_prior,
+    labelled_cross_entropy,
+    labelled_forward,
+    labels_shown,
+    relative_change,
+)
 from fedapp.methods.per_class import per_class_means
 from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
+from fedapp.training import EvalResult
 
 
 class PriorMixer(nn.Module):
@@ -47,6 +57,8 @@ class PEPFedPTClient(VisualPromptClient):
 
     def _model(self, parameters: Arrays) -> PromptedViT:
         learner = self.learner(parameters[:-2])
+        if self.config.pep_mixer == "oracle":
+            return self.prompted(learner, OracleMixer(self.data.num_classes))
         mixer = PriorMixer(
             parameters[-2], parameters[-1], self._prior(), self.config.ccmp_temperature, len(learner.class_layers)
         )
@@ -55,7 +67,7 @@ class PEPFedPTClient(VisualPromptClient):
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
         model = self._model(parameters)
         received = (model.prompts.class_prompts.detach().clone(), model.prompts.head.weight.detach().clone())
-        metrics = self.train_prompted(model, int(config["server-round"]))
+        metrics = self.train_prompted(model, int(config["server-round"]), labelled_cross_entropy)
         # The mechanism at work: how far this round moved the class prompts against the head, and
         # how the per-sample mixing weighs the classes on this client's images.
         metrics["class_prompt_change"] = relative_change(received[0], model.prompts.class_prompts.detach())
@@ -65,10 +77,19 @@ class PEPFedPTClient(VisualPromptClient):
         train = self.images("train")
         with MixingRecorder(model, train.y) as mixing:
             means, counts = per_class_means(
-                model, lambda m, x: m.tokens(x)[1].flatten(1), train, self.data.num_classes, device=self.device
+                model, _class_layer_tokens, train, self.data.num_classes, device=self.device
             )
         metrics.update(mixing.figures())
         return [*get_arrays(model.prompts), means, counts.astype(np.int64)], len(self.data.train), metrics
 
     def inference_module(self, parameters: Arrays) -> PromptedViT:
         return self._model(parameters)
+
+    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+        return self.test_model(module, self.images("test"), forward=labelled_forward), {}
+
+
+def _class_layer_tokens(model: PromptedViT, images: Tensor, labels: Tensor) -> Tensor:
+    """The CLS tokens entering each class layer, flattened: what the prototypes average."""
+    with labels_shown(model, labels):
+        return model.tokens(images)[1].flatten(1)

@@ -41,7 +41,7 @@ class PerClassClient(FedAppClient):
         result = self.train_model(model, int(config["server-round"]), loss, epochs=epochs)
         self.save_personal_model(model)
         means, counts = per_class_means(
-            model, self.statistic, self.data.train, self.data.num_classes, device=self.device
+            model, lambda m, x, _y: self.statistic(m, x), self.data.train, self.data.num_classes, device=self.device
         )
         # Training plus one forward pass over the data for the statistics.
         statistics = forward_flops(model, self.input_shape) * len(self.data.train)

@@ -21,7 +21,7 @@ from fedapp.models import LoadedClip, load_open_clip
 from fedapp.models.image_features import ImageFeatureCache, clip_image_batch
 from fedapp.models.vpt import ClassMixer, PromptedViT, VisualPrompts
 from fedapp.params import set_arrays
-from fedapp.training import EvalResult, TensorData
+from fedapp.training import EvalResult, LossFn, TensorData, cross_entropy_loss
 
 # One per worker process, keyed by (run config, partition, split, kind).
 INPUTS = ImageFeatureCache()
@@ -60,18 +60,17 @@ class VisualPromptClient(FedAppClient):
     def prompted(self, learner: VisualPrompts, mixer: ClassMixer | None = None) -> PromptedViT:
         return PromptedViT(self.clip, learner, mixer)
 
-    def train_prompted(self, model: PromptedViT, server_round: int) -> dict:
+    def train_prompted(self, model: PromptedViT, server_round: int, loss_fn: LossFn = cross_entropy_loss) -> dict:
         """Train the prompts and head (the backbone is frozen), the prompts at ``prompt-lr-scale``
-        times ``lr``; returns fit metrics."""
+        times ``lr``, on ``loss_fn``; returns fit metrics."""
         head = {id(param) for param in model.prompts.head.parameters()}
         scale = self.config.prompt_lr_scale
 
         def lr_scale(param: nn.Parameter) -> float:
             return 1.0 if id(param) in head else scale
 
-        result = self.train_model(
-            model, server_round, params=model.prompts.parameters(), data=self.images("train"), lr_scale=lr_scale
-        )
+        params, data = model.prompts.parameters(), self.images("train")
+        result = self.train_model(model, server_round, loss_fn, params=params, data=data, lr_scale=lr_scale)
         return self.fit_metrics(result)
 
     def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:

@@ -240,9 +240,10 @@ def evaluate(
     *,
     batch_size: int = 256,
     device: torch.device | str = "cpu",
-    forward: Callable[[nn.Module, Tensor], Tensor] | None = None,
+    forward: Callable[[nn.Module, Tensor, Tensor], Tensor] | None = None,
 ) -> EvalResult:
-    """Cross-entropy loss and top-1 accuracy of ``forward(model, x)`` (default ``model(x)``)."""
+    """Cross-entropy loss and top-1 accuracy of ``forward(model, x, y)`` (default ``model(x)``;
+    ``y``, the batch's labels, is there for ablations that read them, such as an oracle)."""
     if len(data) == 0:
         return EvalResult(loss=float("nan"), accuracy=float("nan"), num_examples=0)
     device = torch.device(device)
@@ -253,7 +254,7 @@ def evaluate(
     correct = torch.zeros((), dtype=torch.int64, device=device)
     for xb, yb in iterate_batches(data.x, data.y, batch_size, shuffle=False):
         xb, yb = xb.to(device), yb.to(device)
-        logits = forward(model, xb) if forward is not None else model(xb)
+        logits = forward(model, xb, yb) if forward is not None else model(xb)
         loss_sum += F.cross_entropy(logits, yb, reduction="sum")
         correct += (logits.argmax(dim=1) == yb).sum()
     n = len(data)

@@ -189,7 +189,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "PEP-FedPT",
-        _keys("class-prompt-layers class-prompt-length ccmp-temperature prototype-momentum"),
+        _keys("class-prompt-layers class-prompt-length ccmp-temperature pep-mixer prototype-momentum"),
         (
             "See [PEP-FedPT](methods/pep-fedpt.md). Its class-prompt layers must lie within the vision tower's "
             "blocks, from 2; its shared prompt's length is `prompt-length`.",

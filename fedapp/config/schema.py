@@ -242,6 +242,12 @@ class Settings:
     class_prompt_layers: str = setting("5,6,7", "PEP-FedPT layers (from 1) with class-specific prompts, e.g. 5,6,7")
     class_prompt_length: int = setting(4, "PEP-FedPT tokens per class-specific prompt", low=1)
     ccmp_temperature: float = setting(0.1, "PEP-FedPT temperature tau of the prompt mixing", low=0.0, low_open=True)
+    pep_mixer: str = setting(
+        "ccmp",
+        "PEP-FedPT mixing: the paper's per-sample mix (ccmp) or each sample's own label's prompt (oracle, an "
+        "ablation that reads the labels in training and evaluation)",
+        choices=("ccmp", "oracle"),
+    )
     prototype_momentum: float = setting(
         0.5, "PEP-FedPT momentum beta of the server's class prototypes", low=0.0, high=1.0
     )

@@ -17,12 +17,20 @@ so one per-class merge serves every class layer.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedapp.errors import ModelError
 from fedapp.models.vpt import ClassMixer
+
+MIXERS = ("ccmp", "oracle")
+"""``ccmp``: the paper's per-sample mixing; ``oracle``: each sample's own label's class prompt
+(an ablation that reads the labels, in training and in evaluation: it bounds what the mixing can give)."""
 
 
 def class_prior(label_counts: np.ndarray) -> Tensor:
@@ -77,6 +85,51 @@ def ccmp_mixer(
         return mixing_weights(cls, per_layer[j].to(cls.device), mask.to(cls.device), prior.to(cls.device), temperature)
 
     return mix
+
+
+class OracleMixer(nn.Module):
+    """The ``oracle`` ablation's mixer: weights one-hot on each sample's true label, so every
+    sample gets exactly its class's prompt. It needs the batch's labels, shown to it by
+    :func:`labels_shown`; without them (an unlabelled image) it refuses to guess."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.labels: Tensor | None = None
+
+    def forward(self, j: int, cls: Tensor) -> Tensor:
+        if self.labels is None:
+            raise ModelError(
+                "pep-mixer = 'oracle' mixes each sample's own label's prompt: it is an ablation that reads the "
+                "labels, and cannot predict an image whose label it is not shown"
+            )
+        return F.one_hot(self.labels.to(cls.device), self.num_classes).to(torch.float32)
+
+
+@contextlib.contextmanager
+def labels_shown(model: nn.Module, labels: Tensor) -> Iterator[None]:
+    """Shows ``labels`` to ``model``'s mixer while the block runs if it is an :class:`OracleMixer`
+    (any other mixer never sees them)."""
+    mixer = getattr(model, "mixer", None)
+    if not isinstance(mixer, OracleMixer):
+        yield
+        return
+    mixer.labels = labels
+    try:
+        yield
+    finally:
+        mixer.labels = None
+
+
+def labelled_forward(model: nn.Module, images: Tensor, labels: Tensor) -> Tensor:
+    """``model(images)``, its mixer shown the labels (see :func:`labels_shown`)."""
+    with labels_shown(model, labels):
+        return model(images)
+
+
+def labelled_cross_entropy(model: nn.Module, images: Tensor, labels: Tensor) -> Tensor:
+    """The training loop's cross-entropy of :func:`labelled_forward`."""
+    return F.cross_entropy(labelled_forward(model, images, labels), labels)
 
 
 class MixingRecorder:

@@ -18,23 +18,24 @@ from fedapp.training import LossFn, TensorData
 @torch.no_grad()
 def per_class_means(
     module: nn.Module,
-    outputs: Callable[[nn.Module, Tensor], Tensor],
+    outputs: Callable[[nn.Module, Tensor, Tensor], Tensor],
     data: TensorData,
     num_classes: int,
     *,
     batch_size: int = 256,
     device: torch.device | str = "cpu",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mean of ``outputs(module, x)`` over each class's samples, and the class counts.
+    """Mean of ``outputs(module, x, y)`` over each class's samples, and the class counts.
 
-    Classes the client does not hold get a zero row and a zero count.
+    ``outputs`` sees the batch's labels ``y`` too (an oracle ablation reads them). Classes
+    the client does not hold get a zero row and a zero count.
     """
     module.to(device)
     module.eval()
     sums: Tensor | None = None
     counts = torch.zeros(num_classes, dtype=torch.float64)
     for xb, yb in iterate_batches(data.x, data.y, batch_size, shuffle=False):
-        out = outputs(module, xb.to(device)).double().cpu()
+        out = outputs(module, xb.to(device), yb.to(device)).double().cpu()
         if sums is None:
             sums = torch.zeros(num_classes, out.shape[1], dtype=torch.float64)
         sums.index_add_(0, yb, out)

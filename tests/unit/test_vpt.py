@@ -402,3 +402,35 @@ def test_the_prompt_learning_rate_scale_moves_the_prompts_and_leaves_the_heads_s
     for i in prompts:
         assert np.abs(moved[1.0][i]).max() > 0
         np.testing.assert_allclose(moved[4.0][i], 4.0 * moved[1.0][i], rtol=1e-4, atol=1e-9)
+
+
+def test_the_oracle_mixer_gives_each_sample_its_own_labels_prompt_in_training_and_evaluation():
+    """pep-mixer = "oracle" (issue 41): the ablation that bounds what the per-sample mixing can give."""
+    from fedapp.methods.pep_fedpt import OracleMixer, labelled_forward  # noqa: PLC0415
+
+    config = setup("pep-fedpt", **{"pep-mixer": "oracle"})
+    start = PEPFedPTStrategy(config, CLASSES).initial_arrays()
+    client = make_client(PEPFedPTClient, config, 1)
+    arrays, _, metrics = client.fit(start, {"server-round": 1})
+    # Every sample's weights are one-hot on its label: entropy 0, top class always the label.
+    assert metrics["mix_entropy"] == pytest.approx(0.0, abs=1e-6) and metrics["mix_top_is_label"] == 1.0
+    assert metrics["class_prompt_change"] > 0
+    _loss, n, scored = client.evaluate(arrays, {"server-round": 1})
+    assert n == len(client.data.test) and 0.0 <= scored["accuracy"] <= 1.0
+    model = client._model(arrays)
+    assert isinstance(model.mixer, OracleMixer)
+    test = client.images("test")
+    x, y = test.x[:4], test.y[:4]
+    # The label's own prompt: the same logits as a one-hot prior's mixer would give a client of that class.
+    with torch.no_grad():
+        logits = labelled_forward(model, x, y)
+        for i in range(len(y)):
+            alone = labelled_forward(model, x[i : i + 1], y[i : i + 1])
+            torch.testing.assert_close(logits[i : i + 1], alone, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ModelError, match="cannot predict an image whose label it is not shown"):
+        model(x)
+    # The paper's mixer does not see the labels at all: labelled_forward is its plain forward.
+    ccmp = setup("pep-fedpt")
+    plain = make_client(PEPFedPTClient, ccmp, 1)._model(PEPFedPTStrategy(ccmp, CLASSES).initial_arrays())
+    with torch.no_grad():
+        torch.testing.assert_close(labelled_forward(plain, x, y), plain(x))
