@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from fedapp.errors import StateError
+from fedapp.jsonfile import dumps_json
 from fedapp.runfolder import LOCK_FILE, STOPPED_RUN_GRACE_S, check_run_folder, lock_folder, release_folder
 
 # A child of Flower's logger, so our lines appear wherever Flower's log goes.
@@ -79,7 +80,8 @@ class RoundRecord:
         record = asdict(self)
         extra = record.pop("extra")
         record.update(extra)
-        return json.dumps(record, allow_nan=True, sort_keys=False)
+        # A round without a value (no client evaluated, nothing aggregated) writes null, not NaN.
+        return dumps_json(record, sort_keys=False)
 
 
 def first_reaching(accuracies: Sequence[float], target: float) -> int | None:
@@ -242,7 +244,7 @@ class RunRecorder:
         }
 
     def write_summary(self) -> None:
-        (self.directory / "summary.json").write_text(json.dumps(self.summary(), indent=2))
+        (self.directory / "summary.json").write_text(dumps_json(self.summary(), indent=2))
 
     def write_plots(self) -> list[Path]:
         """The run's figures as PNG files (:func:`fedapp.data.figures.run_figures`): accuracy

@@ -102,7 +102,12 @@ def load_preset(path: str) -> dict[str, Any]:
     """Read a YAML preset: a flat mapping of config keys to scalar values."""
     file = find_preset(path)
     try:
-        data = yaml.safe_load(file.read_text()) or {}
+        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        bad = err.object[err.start : err.start + 1]
+        raise ConfigError(f"config key 'preset' = {path!r}: not UTF-8 text (byte {err.start}: {bad!r})") from err
+    except OSError as err:
+        raise ConfigError(f"config key 'preset' = {path!r}: cannot be read ({err.strerror or err})") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"config key 'preset' = {path!r}: not valid YAML ({err})") from err
     if not isinstance(data, dict):

@@ -11,7 +11,6 @@ check; nothing here decodes more.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fedapp.data.figures import label_distribution_figure, partition_text, save_figure
+from fedapp.jsonfile import dumps_json
 
 if TYPE_CHECKING:  # annotations only: matplotlib is imported when a figure is drawn, and fedapp.config
     # sits above this package (through fedapp.methods), so importing it here would close a cycle
@@ -178,5 +178,5 @@ def write_partition_report(
         return []
     summary = partition_summary(config, load_client, held_out)
     path = directory / PARTITION_FILE
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path.write_text(dumps_json(summary, indent=2) + "\n")
     return [path, save_figure(partition_figure(summary), directory / PARTITION_FIGURE)]

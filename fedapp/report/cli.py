@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fedapp.errors import FedAppError
 from fedapp.extras import MATPLOTLIB, require
-from fedapp.report.render import write_report
+from fedapp.report.render import check_outputs, write_report
 from fedapp.report.runs import expand_run_dirs
 
 
@@ -26,17 +26,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run folders, or folders of run folders")
     parser.add_argument("--out", type=Path, default=Path("report.md"), help="markdown file (default: report.md)")
-    parser.add_argument("--figure", default="report.png", help='PNG file (default: report.png; "" skips it)')
+    parser.add_argument(
+        "--figure", default=None, help='PNG file (default: the --out file with .png, beside it; "" skips it)'
+    )
     parser.add_argument("--target", type=float, help="mean accuracy to time runs to (default: each run's own)")
     args = parser.parse_args(argv)
     if args.target is not None and not 0.0 <= args.target <= 1.0:
         parser.error(f"--target {args.target} is not an accuracy in [0, 1]")
+    figure = None if args.figure == "" else Path(args.figure) if args.figure else args.out.with_suffix(".png")
     try:
-        if args.figure:  # before any file is read or written
+        if figure is not None:  # before any file is read or written
             require(MATPLOTLIB, 'fedapp-report\'s figure (--figure "" skips it)')
-        markdown = write_report(
-            expand_run_dirs(args.run_dirs), args.out, Path(args.figure) if args.figure else None, args.target
-        )
+        run_dirs = expand_run_dirs(args.run_dirs)
+        check_outputs(run_dirs, args.out, figure)  # before anything is written
+        markdown = write_report(run_dirs, args.out, figure, args.target)
     except (FedAppError, OSError) as error:
         print(f"fedapp-report: error: {error}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedapp.errors import DataError
 from fedapp.metrics import save_accuracy_figure
 from fedapp.report.runs import MECHANISM_FIGURES, ReportRow, report_rows
 from fedapp.report.seeds import group_by_seed, render_seed_table
@@ -169,6 +170,35 @@ def figure_panels(rows: Sequence[ReportRow]) -> list[Panel]:
 def write_figure(rows: Sequence[ReportRow], path: Path) -> Path:
     """One PNG, two panels (:func:`figure_panels`): mean client accuracy against round and against cumulative MB."""
     return save_accuracy_figure(path, figure_panels(rows))
+
+
+def check_outputs(run_dirs: Sequence[Path], out: Path, figure: Path | None) -> None:
+    """Refuse, before anything is written, outputs that would lose something: a folder named
+    as a file, a path under a file, the same file twice, or an existing file inside one of
+    the run folders being reported (its metrics, summary, config, checkpoint, models...).
+
+    Raises
+    ------
+    DataError
+        Naming the option and the path.
+    """
+    outputs = [("--out", Path(out))] + ([("--figure", Path(figure))] if figure is not None else [])
+    if figure is not None and Path(out).resolve() == Path(figure).resolve():
+        raise DataError(f"--out and --figure both name {out}: give the figure another file")
+    runs = [Path(run).resolve() for run in run_dirs]
+    for flag, path in outputs:
+        if path.is_dir():
+            raise DataError(f"{flag} {path} is a folder: name a file in it, e.g. {path / ('report' + path.suffix)}")
+        blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+        if blocking is not None:
+            raise DataError(f"{flag} {path}: {blocking} is a file, not a folder")
+        resolved = path.resolve()
+        for run in runs:
+            if path.exists() and resolved.is_relative_to(run):
+                raise DataError(
+                    f"{flag} {path} would overwrite {resolved.relative_to(run)} of run folder {run}: "
+                    "name a file that does not exist yet"
+                )
 
 
 def write_report(run_dirs: Iterable[Path], out: Path, figure: Path | None, target: float | None) -> str:

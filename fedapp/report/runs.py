@@ -22,6 +22,7 @@ from fedapp.report.protocol import config_flag, describe_protocol
 from fedapp.report.tables import MISSING, fmt_acc
 
 # Columns every metrics.jsonl line has (fedapp.metrics.RoundRecord); the report needs them all.
+ACCURACY_METRICS = ("acc_mean", "acc_worst", "acc_std")
 REQUIRED_METRICS = ("round", "acc_mean", "acc_worst", "acc_std", "bytes_round_total", "mb_cumulative", "round_seconds")
 
 
@@ -168,9 +169,15 @@ def _read_lines(run_dir: Path) -> list[dict[str, Any]]:
     for number, line in enumerate(lines, start=1):
         if not isinstance(line, dict):
             raise DataError(f"run folder {run_dir}: metrics.jsonl line {number} is not a JSON object")
-        missing = [key for key in REQUIRED_METRICS if line.get(key) is None]
+        missing = [key for key in REQUIRED_METRICS if key not in line]
         if missing:
             raise DataError(f"run folder {run_dir}: metrics.jsonl line {number} lacks {', '.join(missing)}")
+        for key in REQUIRED_METRICS:
+            if line[key] is None and key in ACCURACY_METRICS:
+                line[key] = math.nan  # null: a round in which no client was evaluated
+            value = line[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise DataError(f"run folder {run_dir}: metrics.jsonl line {number}: {key} = {value!r} is not a number")
     return lines
 
 

@@ -366,7 +366,7 @@ def test_fedavg_skips_a_round_with_too_few_usable_updates(fedavg_run):
     run, skipped = fedavg_run, SKIPPED_ROUND
     row = run.rows[skipped]
     assert row["clients_fit"] == 1 and row["clients_failed"] == 3
-    assert math.isnan(row["train_loss"])  # nothing was aggregated
+    assert row["train_loss"] is None  # nothing was aggregated: null, as JSON has no NaN
     # The three left out, then why the round kept the previous global state.
     assert len(row["left_out_reasons"]) == 4
     assert row["left_out_reasons"][-1] == "1 usable updates, fewer than min-clients = 2"

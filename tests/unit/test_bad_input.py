@@ -74,6 +74,14 @@ CONFIG_ROWS = [
 ]
 
 
+def test_a_preset_that_is_not_utf8_is_named_in_one_line(tmp_path):
+    """Issue 42: a Latin-1 preset raised UnicodeDecodeError with a traceback."""
+    preset = tmp_path / "latin1.yaml"
+    preset.write_bytes("# préréglage\nnum-rounds: 2\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"'preset' = '.*latin1\.yaml': not UTF-8 text \(byte 4: b'\\xe9'\)"):
+        resolve_run_config({"preset": str(preset)})
+
+
 @pytest.mark.parametrize(("overrides", "message"), [row[1:] for row in CONFIG_ROWS], ids=[r[0] for r in CONFIG_ROWS])
 def test_bad_config_is_refused_with_the_key_named(overrides, message):
     with pytest.raises(ConfigError) as info:

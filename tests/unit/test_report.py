@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import runpy
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fedapp import report
@@ -519,3 +522,62 @@ def test_the_report_lists_the_mechanism_figures_a_run_recorded(runs, tmp_path):
         "fit_projector_removed_energy": "0.007",
     }
     assert "The methods' mechanisms" not in write_report([runs["held"]], tmp_path / "plain.md", None, 0.5)
+
+
+def test_a_report_never_overwrites_a_run_file_and_checks_its_outputs_before_writing(runs, tmp_path, capsys):
+    """Issue 42: ``--out RUN/metrics.jsonl`` once exited 0 leaving markdown where the metrics were."""
+    run = runs["held"]
+    before = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "config.yaml")}
+    for out, problem in [
+        (run / "metrics.jsonl", "would overwrite metrics.jsonl of run folder"),
+        (run / "config.yaml", "would overwrite config.yaml of run folder"),
+        (tmp_path, "is a folder: name a file in it"),
+        (run / "metrics.jsonl" / "r.md", "metrics.jsonl is a file, not a folder"),
+    ]:
+        assert main([str(run), "--out", str(out)]) == 2, out
+        captured = capsys.readouterr()
+        assert problem in captured.err and "Traceback" not in captured.err and captured.out == "", captured.err
+    assert main([str(run), "--out", str(tmp_path / "r.md"), "--figure", str(run / "metrics.jsonl")]) == 2
+    assert "--figure" in capsys.readouterr().err
+    assert main([str(run), "--out", str(tmp_path / "same"), "--figure", str(tmp_path / "same")]) == 2
+    assert "both name" in capsys.readouterr().err
+    assert {name: (run / name).read_bytes() for name in before} == before
+    assert not list(tmp_path.glob("*.png")) and not (tmp_path / "r.md").exists()  # nothing written by a refusal
+    # A new file inside a run folder is fine; the figure goes beside --out, not into the working directory.
+    assert main([str(run), "--out", str(run / "report.md")]) == 0
+    assert (run / "report.md").is_file() and (run / "report.png").read_bytes().startswith(PNG_MAGIC)
+    capsys.readouterr()
+    assert main([str(run), "--out", str(tmp_path / "results" / "cmp.md")]) == 0
+    assert (tmp_path / "results" / "cmp.png").is_file() and not (tmp_path / "report.png").exists()
+
+
+def test_a_metrics_value_that_is_not_a_number_is_named_in_one_line(runs, tmp_path, capsys):
+    run = runs["held"]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    row = json.loads(lines[1])
+    row["acc_mean"] = "high"
+    (run / "metrics.jsonl").write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    assert main([str(run), "--out", str(tmp_path / "r.md"), "--figure", ""]) == 2
+    err = capsys.readouterr().err
+    assert f"run folder {run}: metrics.jsonl line 2: acc_mean = 'high' is not a number" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_json_files_hold_no_nan_and_a_round_without_accuracy_reads_back(runs, tmp_path):
+    """Issue 42: summary.json held a bare NaN, which is not JSON (strict readers refuse the file)."""
+    from fedapp.jsonfile import dumps_json  # noqa: PLC0415
+
+    text = dumps_json({"a": float("nan"), "b": [1.0, float("inf"), np.float32("nan")], "c": {"d": -math.inf}, "e": 2})
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON")) == {
+        "a": None,
+        "b": [1.0, None, None],
+        "c": {"d": None},
+        "e": 2,
+    }
+    run = runs["held"]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    row = json.loads(lines[0])
+    row.update({"acc_mean": None, "acc_worst": None, "acc_std": None})  # round 1: no client evaluated
+    (run / "metrics.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    loaded = load_run(run)
+    assert math.isnan(loaded.curve_acc_mean[0]) and loaded.acc_mean == json.loads(lines[-1])["acc_mean"]
