@@ -17,6 +17,7 @@ from fedapp.config import APP_ROOT
 from fedapp.errors import FedAppError
 from fedapp.launch.app_copy import copy_app
 from fedapp.launch.processes import free_port, sigterm_raises_system_exit, stop_processes, superlink_pids
+from fedapp.launch.sentinel import stand_down, start_sentinel
 from fedapp.launch.settings import PreparedRun, federation_overrides, toml_value
 from fedapp.launch.stream import stream_command
 from fedapp.metrics import check_clients_trained
@@ -67,6 +68,7 @@ def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
         FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()),
         FLWR_LOCAL_CONTROL_API_PORT=str(free_port()),
     )
+    sentinel = start_sentinel(home, remove_home=own_home)  # stops what is left if this process is killed
     try:
         with sigterm_raises_system_exit():
             yield env
@@ -74,6 +76,7 @@ def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
         stop_processes(superlink_pids(home))
         if own_home:
             shutil.rmtree(home, ignore_errors=True)
+        stand_down(sentinel)
 
 
 def submit(

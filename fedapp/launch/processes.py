@@ -1,15 +1,25 @@
-"""The processes a launch starts, found and stopped by PID: free ports, SuperLinks, process trees, SIGTERM."""
+"""The processes a launch starts, found and stopped by PID: free ports, SuperLinks, process trees, SIGTERM.
+
+Processes are listed and inspected with psutil (no ``/proc``, ``pgrep`` or ``ps``), so the
+same code serves Linux and macOS.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def free_port() -> int:
@@ -19,10 +29,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _command_lines() -> Iterator[tuple[int, str]]:
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = process.info["cmdline"]
+        if cmdline:
+            yield process.info["pid"], " ".join(cmdline)
+
+
 def superlink_pids(flwr_home: Path) -> list[int]:
     """PIDs of SuperLink processes whose database lives in ``flwr_home``."""
-    out = subprocess.run(["pgrep", "-f", f"flower-superlink.*{flwr_home}"], capture_output=True, text=True, check=False)
-    return [int(pid) for pid in out.stdout.split()]
+    pattern = re.compile(f"flower-superlink.*{re.escape(str(flwr_home))}")
+    return [pid for pid, line in _command_lines() if pattern.search(line)]
+
+
+def home_pids(flwr_home: Path) -> list[int]:
+    """PIDs of every process (but this one) whose ``FLWR_HOME`` is ``flwr_home``: the SuperLink,
+    its SuperExec, ``flwr run`` and the app processes under them, wherever they were re-parented."""
+    home, found = str(flwr_home), []
+    for process in psutil.process_iter(["pid"]):
+        if process.info["pid"] == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("FLWR_HOME") == home:
+                found.append(process.info["pid"])
+    return found
 
 
 def process_tree(pids: list[int]) -> list[int]:
@@ -32,12 +62,9 @@ def process_tree(pids: list[int]) -> list[int]:
     simulation (and Ray) under it: stopping the SuperLink's process group alone would
     leave the run going on.
     """
-    out = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True, check=False)
     children: dict[int, list[int]] = {}
-    for line in out.stdout.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and all(field.isdigit() for field in fields):
-            children.setdefault(int(fields[1]), []).append(int(fields[0]))
+    for process in psutil.process_iter(["pid", "ppid"]):
+        children.setdefault(process.info["ppid"], []).append(process.info["pid"])
     tree, frontier = list(pids), list(pids)
     while frontier:
         frontier = [child for parent in frontier for child in children.get(parent, []) if child not in tree]
@@ -46,7 +73,8 @@ def process_tree(pids: list[int]) -> list[int]:
 
 
 def stop_processes(pids: list[int], timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL what is left, for each PID, its descendants and their process groups."""
+    """SIGTERM, wait, then SIGKILL what is left, for each PID, its descendants and their process groups
+    (the process group first: a SuperLink's or SuperNode's app processes die with it)."""
     pids = process_tree(pids)
     for pid in pids:
         _signal(pid, signal.SIGTERM)
@@ -79,18 +107,13 @@ def sigterm_raises_system_exit():
 
 
 def _signal(pid: int, sig: int) -> None:
-    # The process group first: a SuperLink's or SuperNode's app processes die with it.
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             kill(pid, sig)
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     try:  # a zombie has exited; it only waits to be reaped by its parent
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False

@@ -20,6 +20,7 @@ import yaml
 import fedapp.launch.federation as launch_federation
 from fedapp.config import METHODS, SCHEMA
 from fedapp.launch import run, stop_processes, superlink_pids
+from fedapp.launch.processes import home_pids
 from fedapp.metrics import read_metrics
 from fedapp.models import MODEL_NAMES
 from tests.paths import ROOT
@@ -105,6 +106,36 @@ def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
     finally:
         launcher.kill()
         stop_processes(superlink_pids(home))
+
+
+def test_sigkill_to_the_launcher_leaves_no_flower_process_behind(tmp_path):
+    """Issue 42: ``kill -9`` of the launcher left its ``flower-superlink --insecure`` and
+    ``flower-superexec`` running (an unauthenticated SuperLink nobody owns). Its sentinel,
+    in a session of its own, sees the launcher's end and stops every process of its home."""
+    home = (tmp_path / "home").resolve()
+    config = f'num-rounds=100 results-dir="{tmp_path / "results"}"'
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--num-clients", "2", "--run-config", config],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not superlink_pids(home) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert superlink_pids(home), "the launcher never started its SuperLink"
+        time.sleep(3)  # the SuperExec and the simulation start under it
+        assert len(home_pids(home)) >= 2, "expected the SuperLink and the processes under it"
+        launcher.send_signal(signal.SIGKILL)
+        assert launcher.wait(timeout=10) == -signal.SIGKILL
+        deadline = time.monotonic() + 60
+        while home_pids(home) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert home_pids(home) == [] and superlink_pids(home) == []
+        assert home.is_dir()  # a home the user gave is kept
+    finally:
+        launcher.kill()
+        stop_processes(superlink_pids(home) + home_pids(home))
 
 
 def launch(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
