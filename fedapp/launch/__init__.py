@@ -30,7 +30,7 @@ from pathlib import Path
 
 from fedapp.config import APP_ROOT
 from fedapp.errors import FedAppError
-from fedapp.launch.federation import LOCAL_CONNECTION_TOML, flower_env, local_federation, submit
+from fedapp.launch.federation import LOCAL_CONNECTION_TOML, RunFailed, flower_env, local_federation, submit
 from fedapp.launch.processes import (
     free_port,
     process_tree,
@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     -------
     int
         0 when the run finished (its log ends with the server's ``done:`` line and the results
-        folder), 1 when ``flwr run`` failed, 2 when the configuration or a flag was refused.
+        folder); 1 when ``flwr run`` failed, or the run ended without its ``done:`` line and
+        without a reason; 2 when the configuration, a flag or the run was refused, or the run
+        ended with an error (the last line says which).
     """
     # Named explicitly: run as a package, argparse would call the program "__main__.py".
     parser = argparse.ArgumentParser(prog="python -m fedapp.launch", description=__doc__.splitlines()[0])
@@ -151,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             gpus_per_client=args.gpus_per_client,
             flwr_home=args.flwr_home,
         )
+    except RunFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except FedAppError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

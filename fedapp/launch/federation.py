@@ -79,6 +79,10 @@ def local_federation(flwr_home: Path | None = None) -> Iterator[dict[str, str]]:
         stand_down(sentinel)
 
 
+class RunFailed(FedAppError):
+    """The run was submitted but did not finish, and its ServerApp gave no reason."""
+
+
 def submit(
     prepared: PreparedRun,
     env: dict[str, str],
@@ -96,8 +100,11 @@ def submit(
     ------
     subprocess.CalledProcessError
         If ``flwr run`` fails.
+    RunFailed
+        If the ServerApp ended without its ``done:`` line and without an error.
     FedAppError
-        If the run ended without writing its summary or stopped early.
+        If the ServerApp ended with an error (its message), or the run ended without writing
+        its summary or stopped early.
     """
     run_config = " ".join(f"{key}={toml_value(value)}" for key, value in prepared.overrides.items())
     flwr = Path(sys.executable).parent / "flwr"
@@ -110,12 +117,18 @@ def submit(
     summary = prepared.run_dir / "summary.json"
     started = time.time()
     try:
-        stream_command(command, env=env, num_rounds=prepared.config.num_rounds, timeout=timeout)
+        ending = stream_command(command, env=env, num_rounds=prepared.config.num_rounds, timeout=timeout)
     except subprocess.CalledProcessError:
         check_clients_trained(prepared.run_dir)  # the ServerApp's reason, when it was this one
         raise
     finally:
         shutil.rmtree(app_copy, ignore_errors=True)
+    # flwr run exits 0 whatever became of the run: the ServerApp's own last lines say. (A summary
+    # alone could be another run's: one that held the folder and finished while this one waited.)
+    if ending.error is not None:
+        raise FedAppError(ending.error)  # the ServerApp's own reason, as the last line
+    if ending.done is None:
+        raise RunFailed("the run ended without the server's done: line; see the log above")
     if not summary.exists() or summary.stat().st_mtime < started:
         raise FedAppError(f"the run ended without writing {summary}; see the log above")
     rounds = json.loads(summary.read_text()).get("rounds", 0)

@@ -12,6 +12,7 @@ plain lines only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import subprocess
@@ -159,6 +160,34 @@ def show_log(lines: Iterable[str], stream: TextIO, num_rounds: int) -> None:
                 bar.update(progress)
 
 
+@dataclasses.dataclass
+class RunEnding:
+    """How the ServerApp's log said the run ended: its ``done:`` line, and its first
+    ``error:`` line (an exception that ended the ServerApp), each None when absent.
+
+    ``flwr run --stream`` exits 0 whatever became of the run (it streams the log and
+    stops), so these lines are what tells a launcher whether *its* run finished.
+    """
+
+    done: str | None = None
+    error: str | None = None
+
+    def watch(self, lines: Iterable[str]) -> Iterator[str]:
+        """Pass ``lines`` through, noting the ServerApp's ``done:`` and ``error:`` lines."""
+        for line in lines:
+            text = strip_ansi(line)
+            if DONE_LINE.search(text):
+                self.done = text.strip()
+            elif self.error is None and ERROR_LINE.search(text):
+                self.error = ERROR_LINE.search(text).group(1).strip()
+            yield line
+
+
+# Our ServerApp's last line (fedapp.flower.progress) and its one-line errors (fedapp.server_app).
+DONE_LINE = re.compile(r"\bdone: round \d+/\d+ \|")
+ERROR_LINE = re.compile(r"ERROR\s*:\s+error: (.*)")
+
+
 def stream_command(
     command: list[str],
     *,
@@ -166,8 +195,9 @@ def stream_command(
     num_rounds: int,
     timeout: float | None = None,
     stream: TextIO | None = None,
-) -> None:
-    """Run ``command`` (``flwr run --stream``) and show its output and errors through :func:`show_log`.
+) -> RunEnding:
+    """Run ``command`` (``flwr run --stream``) and show its output and errors through :func:`show_log`;
+    returns how the log said the run ended.
 
     Raises
     ------
@@ -190,7 +220,8 @@ def stream_command(
     try:
         if timer is not None:
             timer.start()
-        show_log(_lines(process), stream or sys.stdout, num_rounds)
+        ending = RunEnding()
+        show_log(ending.watch(_lines(process)), stream or sys.stdout, num_rounds)
         code = process.wait()
     except BaseException:  # Ctrl-C, SIGTERM: the CLI goes too (the SuperLink is stopped by PID)
         process.kill()
@@ -203,6 +234,7 @@ def stream_command(
         raise subprocess.TimeoutExpired(command, timeout or 0.0)
     if code:
         raise subprocess.CalledProcessError(code, command)
+    return ending
 
 
 def _lines(process: subprocess.Popen) -> Iterator[str]:

@@ -305,6 +305,30 @@ def test_the_launcher_refuses_to_run_over_a_finished_run(tmp_path):
     assert (folder / "config.yaml").read_text() == "lr: 0.5\n" and len(list(folder.iterdir())) == 2
 
 
+def test_a_second_launch_into_a_folder_another_run_is_writing_exits_non_zero(tmp_path):
+    """Issue 42: the second launch logged that the folder "is being written by another run", then
+    printed ``results: ...`` and exited 0 (the first run's summary appeared while it waited)."""
+    base = f'results-dir="{tmp_path / "results"}" run-name="same" num-rounds=4 num-partitions=2'
+    first = subprocess.Popen(
+        [sys.executable, "-m", "fedapp.launch", "--num-clients", "2", "--run-config", base],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        lock = tmp_path / "results" / "same" / ".lock"
+        deadline = time.monotonic() + 120
+        while not lock.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert lock.exists(), "the first run never took its folder"
+        second = launch("--num-clients", "2", "--run-config", base, cwd=tmp_path, timeout=300)
+        assert first.wait(timeout=300) == 0
+    finally:
+        first.kill()
+    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+    last = second.stderr.strip().splitlines()[-1]
+    assert "is being written by another run" in last or "already holds a run" in last, last
+    assert "results:" not in second.stdout
+
+
 def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path):
     """Every client fails every round (its state folder cannot be written): the launcher says so, exit 2."""
     run_config = (
