@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         0 when the run finished (its log ends with the server's ``done:`` line and the results
         folder); 1 when ``flwr run`` failed, or the run ended without its ``done:`` line and
         without a reason; 2 when the configuration, a flag or the run was refused, or the run
-        ended with an error (the last line says which).
+        ended with an error (the last line says which); 130 when interrupted (Ctrl-C).
     """
     # Named explicitly: run as a package, argparse would call the program "__main__.py".
     parser = argparse.ArgumentParser(prog="python -m fedapp.launch", description=__doc__.splitlines()[0])
@@ -162,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.CalledProcessError as err:
         print(f"error: flwr run failed with exit code {err.returncode}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the run's processes are stopped by local_federation on the way out
+        print(
+            "error: interrupted; the run folder keeps the rounds it finished (resume=true continues from its "
+            "last checkpoint)",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     # The summary is in run_dir/summary.json; the server's done: line above gave its headline.
     print(f"results: {run_dir}")
     return 0

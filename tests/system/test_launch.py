@@ -108,6 +108,32 @@ def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
         stop_processes(superlink_pids(home))
 
 
+def test_ctrl_c_ends_the_launcher_with_one_line_and_no_process_left(tmp_path):
+    """Issue 42: Ctrl-C during a launch printed a 20-line KeyboardInterrupt traceback."""
+    home = (tmp_path / "home").resolve()
+    config = f'num-rounds=100 results-dir="{tmp_path / "results"}"'
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--num-clients", "2", "--run-config", config],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not superlink_pids(home) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert superlink_pids(home), "the launcher never started its SuperLink"
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 128 + signal.SIGINT, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        assert err.strip().splitlines()[-1].startswith("error: interrupted; the run folder keeps the rounds")
+        assert superlink_pids(home) == []
+    finally:
+        launcher.kill()
+        stop_processes(superlink_pids(home) + home_pids(home))
+
+
 def test_sigkill_to_the_launcher_leaves_no_flower_process_behind(tmp_path):
     """Issue 42: ``kill -9`` of the launcher left its ``flower-superlink --insecure`` and
     ``flower-superexec`` running (an unauthenticated SuperLink nobody owns). Its sentinel,
