@@ -211,10 +211,11 @@ def summarize_evaluation(
     """
     stats = accuracy_stats(results)
     global_acc = None
-    if pooled and results:
-        total = sum(res.num_examples for _, res in results)
-        correct = sum(float(res.metrics.get("accuracy", 0.0)) * res.num_examples for _, res in results)
-        global_acc = correct / max(total, 1)
+    # A client without test data reports accuracy NaN over 0 examples: it counts in no mean.
+    tested = [(res.num_examples, float(res.metrics.get("accuracy", math.nan))) for _, res in results]
+    tested = [(n, accuracy) for n, accuracy in tested if n > 0 and math.isfinite(accuracy)]
+    if pooled and tested:
+        global_acc = sum(n * accuracy for n, accuracy in tested) / sum(n for n, _ in tested)
     extra: dict[str, Any] = mean_metrics([(dict(res.metrics), res.num_examples) for _, res in results], "eval")
     if held_out:
         held = accuracy_stats(held_out)

@@ -110,6 +110,7 @@ class FedAppStrategy(Strategy):
         self.recorder = recorder
         self.history: list[RoundRecord] = []
         self._round_log: dict[int, RoundLog] = {}
+        self._untested_warned: set[str] = set()
         self._totals = RunTotals()
         self._global: Arrays = []
         self._sampler = ClientSampler(config)
@@ -378,6 +379,7 @@ class FedAppStrategy(Strategy):
         evaluation = summarize_evaluation(
             results, held_out, self._sampler.domain_of, self.domain_names, pooled=self.has_global_model
         )
+        self._warn_untested(results + held_out)
         round_log = self._round_log.pop(server_round, RoundLog())
         evaluated = [self.client_name(proxy) for proxy, _ in results + held_out]
         record = close_round(server_round, round_log, self._totals, evaluation, len(failures), evaluated)
@@ -387,6 +389,18 @@ class FedAppStrategy(Strategy):
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         return None  # every method is evaluated on the clients' own test sets
+
+    def _warn_untested(self, replies: list[tuple[ClientProxy, EvaluateRes]]) -> None:
+        """Name, once, the clients whose test split is empty: they count in no mean."""
+        untested = sorted(self.client_name(proxy) for proxy, res in replies if res.num_examples == 0)
+        new = [name for name in untested if name not in self._untested_warned]
+        if new:
+            self._untested_warned.update(new)
+            log.warning(
+                "client(s) %s have no test data (their split is too small for the test share): they are left "
+                "out of the accuracy means, which cover the clients that were tested (clients_evaluated)",
+                ", ".join(new),
+            )
 
 
 def _check_serves(cls: type[FedAppStrategy], method: str) -> None:

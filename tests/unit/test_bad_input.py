@@ -10,6 +10,7 @@ real strategy with replies a broken or stale client could send.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from fedapp.errors import ConfigError, DataError, StateError
 from fedapp.flower.driver import PartitionProxy, stand_in_manager
 from fedapp.server_app import build_strategy, server_components
 from fedapp.state import DiskStateStore
-from strategies import FedAppStrategy, PFedLoRAStrategy, PromptFLStrategy
+from strategies import FedAppStrategy, FedAvgStrategy, PFedLoRAStrategy, PromptFLStrategy
 
 # ----- configuration -----------------------------------------------------------------------------------------------
 
@@ -301,3 +302,19 @@ def test_bad_reply_is_left_out_and_the_round_goes_on(method, change, reason):
     for got, start in zip(aggregate, fresh, strict=True):
         if np.issubdtype(start.dtype, np.floating):
             np.testing.assert_allclose(got, start + 0.5, rtol=1e-6)
+
+
+def test_a_client_without_test_data_is_named_once_and_left_out_of_the_means(caplog):
+    """Issue 42: a client whose test split was empty made global_acc NaN without a word."""
+    strategy = FedAvgStrategy(resolve_run_config({"num-partitions": 2, "min-clients": 1}), 10)
+    proxies = [PartitionProxy(0), PartitionProxy(1)]
+    for server_round in (1, 2):
+        replies = [
+            (proxies[0], EvaluateRes(Status(Code.OK, ""), 0.5, 10, {"accuracy": 0.8})),
+            (proxies[1], EvaluateRes(Status(Code.OK, ""), 0.0, 0, {"accuracy": math.nan})),
+        ]
+        strategy.aggregate_evaluate(server_round, replies, [])
+    warned = [r.getMessage() for r in caplog.records if "have no test data" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(f"client(s) {strategy.client_name(proxies[1])} have no test data")
+    record = strategy.history[-1]
+    assert record.global_acc == 0.8 and record.acc_mean == 0.8 and record.clients_evaluated == 1

@@ -220,3 +220,13 @@ def test_the_recorder_of_a_run_names_its_domains(tmp_path):
     plain = open_recorder(resolve_run_config({"results-dir": str(tmp_path), "run-name": "s"}), ())
     plain.close()
     assert "domain_names" not in plain.summary_extra
+
+
+def test_a_client_without_test_data_counts_in_no_mean():
+    """Issue 42: a client with an empty test split made global_acc NaN (0 x NaN in the pooled sum)."""
+    empty = (PartitionProxy(2), EvaluateRes(Status(Code.OK, ""), 0.0, 0, {"accuracy": math.nan}))
+    evaluation = summarize_evaluation(
+        [evaluated(0, 0.5, n=10), evaluated(1, 1.0, n=30), empty], [], no_domain, (), pooled=True
+    )
+    assert evaluation.global_acc == pytest.approx((0.5 * 10 + 1.0 * 30) / 40)
+    assert evaluation.stats.clients == 2 and evaluation.stats.mean == pytest.approx(0.75)
