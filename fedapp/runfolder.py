@@ -129,9 +129,11 @@ def unwritable(folder: Path) -> str | None:
                 path.rmdir()
 
 
-def check_writable_folders(config: Mapping[str, Any], *, results: bool = True) -> None:
-    """Refuse, before any work, a ``results-dir`` (when ``results``) or an explicitly set
-    ``cache-dir`` that this process cannot write.
+def check_writable_folders(config: Mapping[str, Any], *, results: bool = True, simulation: bool = False) -> None:
+    """Refuse, before any work, a ``results-dir`` (when ``results``), an explicitly set
+    ``cache-dir``, or (``simulation``, where the run config's ``state-dir`` is where the
+    clients write their state) the ``state-dir`` of ``state = "disk"``, that this process
+    cannot write. On SuperNodes the nodes' own ``state-dir`` applies, which the server cannot probe.
 
     Raises
     ------
@@ -139,6 +141,7 @@ def check_writable_folders(config: Mapping[str, Any], *, results: bool = True) -
         Naming the key, the folder and the system's reason.
     """
     keys = (["results-dir"] if results else []) + (["cache-dir"] if config.get("cache-dir") else [])
+    keys += ["state-dir"] if simulation and config.get("state") == "disk" else []
     for key in keys:
         folder = Path(str(config[key])).expanduser().absolute()
         if (reason := unwritable(folder)) is not None:

@@ -39,6 +39,7 @@ from fedapp.config import same_setting_key, settings_digest
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
 from fedapp.report import expand_run_dirs, write_report
+from fedapp.runfolder import check_writable_folders
 
 __all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
 
@@ -152,6 +153,7 @@ def _plan_run(
     label = ", ".join(f"{k}={v}" for k, v in {"method": method, **point, "seed": seed}.items() if v is not None)
     try:
         prepared = prepare_run(overrides)
+        check_writable_folders(prepared.config.values, simulation=True)  # every run's, before the first starts
     except ConfigError as err:
         raise ConfigError(f"sweep run ({label}): {err}") from err
     config = prepared.config.as_dict()

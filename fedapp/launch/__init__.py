@@ -106,7 +106,7 @@ def run(
     prepared = prepare_run(overrides, num_clients)
     # What the ServerApp would refuse after Flower's start-up, refused here in a second.
     check_run_folder(prepared.run_dir, resume=prepared.config.resume)
-    check_writable_folders(prepared.config.values)
+    check_writable_folders(prepared.config.values, simulation=True)
     with local_federation(flwr_home) as env:
         return submit(
             prepared,

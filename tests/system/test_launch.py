@@ -355,11 +355,13 @@ def test_a_second_launch_into_a_folder_another_run_is_writing_exits_non_zero(tmp
     assert "results:" not in second.stdout
 
 
-def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path):
-    """Every client fails every round (its state folder cannot be written): the launcher says so, exit 2."""
+def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path, monkeypatch):
+    """Every client fails every round (each message fails, as FEDAPP_FAULT_RATE=1 makes it): the
+    launcher says so, exit 2."""
+    monkeypatch.setenv("FEDAPP_FAULT_RATE", "1")
     run_config = (
         f'results-dir="{tmp_path / "results"}" run-name="untrained" num-rounds=1 num-partitions=2 '
-        'method="standalone" model="cnn-5" state="disk" state-dir="/proc/fedapp-unwritable"'
+        'method="standalone" model="cnn-5"'
     )
     proc = launch("--run-config", run_config, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -367,8 +369,25 @@ def test_a_run_in_which_no_client_trained_ends_non_zero_with_the_reason(tmp_path
     assert last.startswith("error: no client trained in any of the 1 rounds of untrained (left out: ")
     assert last.endswith("its metrics are of the untrained model; see the clients' errors in the log")
     # Each client's failure is one line with its own message; no traceback anywhere.
-    assert "left out a client that failed: cannot write client state under /proc/fedapp-unwritable" in proc.stdout
+    assert "left out a client that failed: injected fault (FEDAPP_FAULT_RATE=1 on node" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_an_unwritable_state_dir_is_refused_before_round_1(tmp_path):
+    """Issue 42: a state-dir the clients could not write was found only after round 1, leaving a run
+    folder with NaN metrics; now it is probed up front, as results-dir and cache-dir are."""
+    run_config = (
+        f'results-dir="{tmp_path / "results"}" run-name="stateless" num-rounds=1 num-partitions=2 '
+        'method="standalone" model="cnn-5" state="disk" state-dir="/proc/fedapp-unwritable"'
+    )
+    proc = launch("--run-config", run_config, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: config key 'state-dir' = '/proc/fedapp-unwritable' cannot be written (")
+    )
+    assert not (tmp_path / "results" / "stateless").exists()
 
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
