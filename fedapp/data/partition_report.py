@@ -11,6 +11,7 @@ check; nothing here decodes more.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,7 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fedapp.data.figures import label_distribution_figure, partition_text, save_figure
+from fedapp.errors import DataError
 from fedapp.jsonfile import dumps_json
+
+log = logging.getLogger("flwr.fedapp")
 
 if TYPE_CHECKING:  # annotations only: matplotlib is imported when a figure is drawn, and fedapp.config
     # sits above this package (through fedapp.methods), so importing it here would close a cycle
@@ -176,7 +180,47 @@ def write_partition_report(
     """
     if config.resume:
         return []
-    summary = partition_summary(config, load_client, held_out)
+    return write_partition_files(directory, partition_summary(config, load_client, held_out))
+
+
+def write_partition_files(directory: Path, summary: Mapping[str, Any]) -> list[Path]:
+    """Write a :func:`partition_summary` as ``partition.json`` and ``partition.png`` in ``directory``."""
     path = directory / PARTITION_FILE
     path.write_text(dumps_json(summary, indent=2) + "\n")
     return [path, save_figure(partition_figure(summary), directory / PARTITION_FIGURE)]
+
+
+def check_test_splits(summary: Mapping[str, Any]) -> list[int]:
+    """Before round 1: refuse a split that gives no client test data (the run would score
+    nothing), and warn naming the partitions without any (they count in no accuracy mean).
+
+    Returns
+    -------
+    list[int]
+        The partitions without test data.
+
+    Raises
+    ------
+    DataError
+        If no partition has test data.
+    """
+    untested = untested_partitions(summary)
+    if untested and len(untested) == len(summary["clients"]):
+        raise DataError(
+            f"no client gets test data: the {summary['samples'].get('train', 0)} training samples split over "
+            f"{len(untested)} clients leave each too few for a test share; use fewer clients, a larger test "
+            "share (local-split), a test pool (reserve-test or test-data-dir) or more data"
+        )
+    if untested:
+        log.warning(
+            "partition(s) %s get no test data from this split (too few samples for the test share): they will "
+            "count in no accuracy mean; use fewer clients, a larger test share (local-split) or more data",
+            ", ".join(map(str, untested)),
+        )
+    return untested
+
+
+def untested_partitions(summary: Mapping[str, Any]) -> list[int]:
+    """The partitions of a :func:`partition_summary` whose test split is empty."""
+    clients = summary["clients"]
+    return [int(pid) for pid, splits in clients.items() if not splits.get("test", {}).get("samples", 0)]

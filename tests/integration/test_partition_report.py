@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
+from PIL import Image
 
 from fedapp.clientdata import load_client_data, load_dataset
 from fedapp.config import resolve_run_config
+from fedapp.errors import DataError
 from fedapp.inprocess import run_in_process
 from fedapp.metrics import read_metrics
 from strategies import FedAvgStrategy
@@ -66,3 +69,48 @@ def test_a_recorded_run_writes_what_each_client_holds_and_a_resume_keeps_it(tmp_
     page = (ROOT / "docs" / "results.md").read_text().split("## The run folder", 1)[1].split("\n## ", 1)[0]
     for entry in folder.iterdir():
         assert f"`{entry.name}{'/' if entry.is_dir() else ''}`" in page, entry.name
+
+
+def _tiny_image_folder(root, per_class: int = 12):
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+    return root
+
+
+def _small_run(tmp_path, partitions: int, name: str) -> dict:
+    return {
+        "dataset": "imagefolder",
+        "data-dir": str(tmp_path / "images"),
+        "model": "cnn-5",
+        "image-size": 16,
+        "partition": "dirichlet",
+        "alpha": 1.0,
+        "num-partitions": partitions,
+        "min-clients": 1,
+        "num-rounds": 1,
+        "results-dir": str(tmp_path / "results"),
+        "run-name": name,
+    }
+
+
+def test_a_split_too_small_for_its_test_share_is_warned_or_refused_before_round_1(tmp_path, caplog):
+    """Issue 42: with 12 images a class a client got an empty test split; global_acc became NaN
+    without a warning and summary.json held a bare NaN. Now: a split that leaves some clients
+    without test data is named before round 1 and they count in no mean; one that leaves every
+    client without test data is refused before the run folder is made."""
+    _tiny_image_folder(tmp_path / "images")
+    # Seed 0 splits the 24 images so that partition 0 of 3 gets no test image, 1 and 2 one each.
+    strategy = run_in_process(_small_run(tmp_path, 3, "some"), record=True)
+    untested = [r.getMessage() for r in caplog.records if "get no test data from this split" in r.getMessage()]
+    assert len(untested) == 1 and untested[0].startswith("partition(s) 0 get no test data")
+    record = strategy.history[-1]
+    assert record.clients_evaluated == 2 and np.isfinite(record.acc_mean)
+    summary = (tmp_path / "results" / "some" / "summary.json").read_text()
+    json.loads(summary, parse_constant=lambda constant: pytest.fail(f"{constant} in summary.json"))
+    assert record.global_acc is None or np.isfinite(record.global_acc)
+    with pytest.raises(DataError, match=r"no client gets test data: the .* training samples split over 4 clients"):
+        run_in_process(_small_run(tmp_path, 4, "none"), record=True)
+    assert not (tmp_path / "results" / "none").exists()
