@@ -24,6 +24,7 @@ import argparse
 import itertools
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -291,7 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in runs:
             print(run.name)
         return 0
-    finished, failed = run_sweep(runs, cpus_per_client=args.cpus_per_client, timeout=args.timeout)
+    try:
+        finished, failed = run_sweep(runs, cpus_per_client=args.cpus_per_client, timeout=args.timeout)
+    except KeyboardInterrupt:  # the running launch stops its processes on the way out
+        print(
+            "error: interrupted; finished runs are kept, and the same command continues with the rest",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGINT
     if finished:
         out = args.results_dir / "report.md"
         write_report(expand_run_dirs(finished), out, args.results_dir / "report.png", None)

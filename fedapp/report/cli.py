@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 when the report was written; 2 when a run folder or the output could not be read or written.
+        0 when the report was written; 2 when a run folder or the output could not be read or written
+        (nothing is written then); 130 when interrupted.
     """
     parser = argparse.ArgumentParser(
         prog="fedapp-report", description="Tabulate and plot finished run folders (config.yaml + metrics.jsonl)."
@@ -43,5 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FedAppError, OSError) as error:
         print(f"fedapp-report: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("fedapp-report: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     print(markdown, end="")
     return 0

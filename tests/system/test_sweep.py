@@ -36,7 +36,9 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     first, second = plan.stdout.split()[-4:-2]  # fedavg's two seeds
     assert first.endswith("-s0") and second.endswith("-s1") and first[:-3] == second[:-3]
 
-    sweep = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         # Stop it once the first run is done and the second has checkpointed a round.
         wait_for(
@@ -45,8 +47,11 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
             timeout=300,
             interval=0.2,
         )
-        sweep.send_signal(signal.SIGTERM)
-        assert sweep.wait(timeout=60) == 128 + signal.SIGTERM
+        # Ctrl-C: one line, no traceback (issue 42), and nothing left running.
+        sweep.send_signal(signal.SIGINT)
+        _, err = sweep.communicate(timeout=60)
+        assert sweep.returncode == 128 + signal.SIGINT, err[-2000:]
+        assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted; finished runs")
         assert superlink_pids(tmp) == [], "the sweep left its SuperLink running"
     finally:
         sweep.kill()

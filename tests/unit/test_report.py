@@ -17,6 +17,7 @@ from fedapp import report
 from fedapp.errors import DataError
 from fedapp.metrics import MB, RoundRecord, RunRecorder, read_metrics
 from fedapp.report import ReportRow, describe_protocol, fmt_bytes, load_run, main, report_rows, write_report
+from fedapp.report import cli as report_cli
 from tests.paths import ROOT
 from tests.unit.records import round_record
 
@@ -581,3 +582,12 @@ def test_json_files_hold_no_nan_and_a_round_without_accuracy_reads_back(runs, tm
     (run / "metrics.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
     loaded = load_run(run)
     assert math.isnan(loaded.curve_acc_mean[0]) and loaded.acc_mean == json.loads(lines[-1])["acc_mean"]
+
+
+def test_an_interrupted_report_is_one_line(runs, tmp_path, capsys, monkeypatch):
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_cli, "write_report", interrupted)
+    assert main([str(runs["held"]), "--out", str(tmp_path / "r.md"), "--figure", ""]) == 130
+    assert capsys.readouterr().err == "fedapp-report: interrupted\n"
