@@ -58,8 +58,11 @@ def run_in_process(overrides: Mapping[str, Any], *, record: bool = False) -> Fed
     config = resolve_run_config(dict(overrides))
     strategy = build_strategy(config, record=record)
     try:
+        # resume=true continues from the checkpoint, as the ServerApp does (it once started over
+        # and appended rounds 1.. again to metrics.jsonl).
+        completed = strategy.resume() if config.resume else 0
         pool = InProcessClients(overrides)
-        drive_rounds(strategy, pool, stand_in_manager(config.num_partitions), config.num_rounds)
+        drive_rounds(strategy, pool, stand_in_manager(config.num_partitions), config.num_rounds, completed)
     finally:
         if strategy.recorder is not None:
             strategy.recorder.close()

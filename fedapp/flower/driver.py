@@ -58,15 +58,18 @@ class ClientPool(Protocol):
     def run(self, kind: str, instructions: list[tuple[PartitionProxy, Any]]) -> list[tuple[PartitionProxy, Any]]: ...
 
 
-def drive_rounds(strategy: FedAppStrategy, pool: ClientPool, manager: ClientManager, num_rounds: int) -> list[float]:
-    """Run ``num_rounds`` rounds of ``strategy`` over ``pool``; returns each round's seconds.
+def drive_rounds(
+    strategy: FedAppStrategy, pool: ClientPool, manager: ClientManager, num_rounds: int, completed: int = 0
+) -> list[float]:
+    """Run rounds ``completed + 1 .. num_rounds`` of ``strategy`` over ``pool`` (``completed``: the
+    rounds a resumed strategy had finished); returns each round's seconds.
 
     A reply whose status is not OK is handed to the strategy as a failure, as
     Flower's server loop does.
     """
     parameters = strategy.initialize_parameters(manager)
     seconds = []
-    for server_round in range(1, num_rounds + 1):
+    for server_round in range(completed + 1, num_rounds + 1):
         started = time.perf_counter()
         replies = pool.run("fit", strategy.configure_fit(server_round, parameters, manager))
         ok = [(node, res) for node, res in replies if res.status.code == Code.OK]

@@ -21,6 +21,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedapp.aggregation import Arrays
 from fedapp.config import RunConfig
+from fedapp.errors import StateError
 from fedapp.flower.progress import log_progress
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder
 from fedapp.tracking import open_tracker
@@ -295,10 +296,18 @@ def write_round(
     log_progress(record, num_rounds, recorder)
     if recorder is None:
         return
-    recorder.add(record)
-    save_checkpoint(record.round)
-    if record.round >= num_rounds:
-        recorder.finish()
+    try:
+        recorder.add(record)
+        save_checkpoint(record.round)
+        if record.round >= num_rounds:
+            recorder.finish()
+    except OSError as err:  # a full disk, a folder gone read-only: say where, and what is kept
+        where = f" ({err.filename})" if err.filename else ""
+        raise StateError(
+            f"cannot write run folder {recorder.directory} after round {record.round}: {err.strerror or err}{where}; "
+            "the run stops here, and its checkpoint of the last round written is intact: free space and run "
+            "the same configuration with resume=true to continue"
+        ) from err
 
 
 def open_recorder(config: RunConfig, domain_names: Sequence[str]) -> RunRecorder:

@@ -10,6 +10,8 @@ never interrupted.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 from flwr.server import ServerApp, ServerConfig
@@ -18,6 +20,7 @@ from fedapp.checkpoint import load_checkpoint
 from fedapp.client_app import make_client_app
 from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
+from fedapp.inprocess import run_in_process
 from fedapp.metrics import read_metrics
 from fedapp.server_app import server_components
 from tests import simulation
@@ -144,3 +147,36 @@ def test_personal_state_is_its_runs_a_rerun_starts_afresh_and_continuing_an_earl
     assert summary["personal_state_from"] == "run 'run', copied on each node"
     record = json.loads((nodes / "next" / "partition-0" / "run.json").read_text())
     assert record == {"run-token": summary["run_token"], "continued-from": "run"}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs (root only): one cnn-5 checkpoint (about 2.5 MB) fits, a second beside it does not."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_ends_the_run_naming_the_folder_and_resume_continues_it(small_disk):
+    """Issue 42: a full disk ended the run with ``OSError: [Errno 28]`` and no path; now the error
+    names the run folder, the last checkpoint is intact, and ``resume=true`` finishes the run."""
+    base = {
+        "num-partitions": 2, "num-rounds": 4, "model": "cnn-5", "min-clients": 1, "export-models": False,
+        "results-dir": str(small_disk / "results"), "run-name": "full",
+    }  # fmt: skip
+    folder = small_disk / "results" / "full"
+    with pytest.raises(StateError) as error:
+        run_in_process(base, record=True)
+    assert str(error.value).startswith(f"cannot write run folder {folder} after round 2: No space left on device")
+    assert "resume=true" in str(error.value)
+    assert load_checkpoint(folder / "checkpoint.npz").round == 1  # the last one written, whole
+    subprocess.run(["mount", "-o", "remount,size=40m", str(small_disk)], check=True)
+    resumed = run_in_process({**base, "resume": True}, record=True)
+    assert [record.round for record in resumed.history] == [1, 2, 3, 4]
+    assert [row["round"] for row in read_metrics(folder / "metrics.jsonl")] == [1, 2, 3, 4]
