@@ -17,6 +17,7 @@ from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.flower.driver import PartitionProxy, drive_rounds, stand_in_manager
 from fedapp.flower.strategy import FedAppStrategy
+from fedapp.metrics import check_clients_trained
 from fedapp.registry import client_class
 from fedapp.server_app import build_strategy
 from fedapp.state import MemoryStateStore
@@ -66,4 +67,6 @@ def run_in_process(overrides: Mapping[str, Any], *, record: bool = False) -> Fed
     finally:
         if strategy.recorder is not None:
             strategy.recorder.close()
+    if strategy.recorder is not None:  # what ends the ServerApp as a failure ends this run too
+        check_clients_trained(strategy.recorder.directory)
     return strategy

@@ -263,9 +263,10 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def check_clients_trained(run_dir: Path) -> None:
-    """Raise if a finished run's rounds trained no client at all (every fit failed, or none was sampled).
+    """Raise if a finished run's rounds trained no client at all (every fit failed, or none was
+    sampled), or tested none (every test split empty).
 
-    Such a run has metrics, but they measure the initial model: it must not end as a success.
+    Such a run has metrics, but they measure the initial model, or nothing: it must not end as a success.
     """
     path = run_dir / "metrics.jsonl"
     rows = read_metrics(path) if path.is_file() else []
@@ -275,4 +276,11 @@ def check_clients_trained(run_dir: Path) -> None:
         raise StateError(
             f"no client trained in any of the {len(rows)} rounds of {run_dir.name}{why}: "
             "its metrics are of the untrained model; see the clients' errors in the log"
+        )
+    evaluated = [row["clients_evaluated"] for row in rows if "clients_evaluated" in row]
+    if evaluated and not any(int(count or 0) for count in evaluated):
+        raise StateError(
+            f"no client was tested in any of the {len(rows)} rounds of {run_dir.name}: every evaluated client's "
+            "test split was empty (see the warning before round 1), so the run has no accuracy; use fewer "
+            "clients, a larger test share (local-split), a test pool (reserve-test or test-data-dir) or more data"
         )

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fedapp.data.figures import label_distribution_figure, partition_text, save_figure
-from fedapp.errors import DataError
 from fedapp.jsonfile import dumps_json
 
 log = logging.getLogger("flwr.fedapp")
@@ -191,31 +190,24 @@ def write_partition_files(directory: Path, summary: Mapping[str, Any]) -> list[P
 
 
 def check_test_splits(summary: Mapping[str, Any]) -> list[int]:
-    """Before round 1: refuse a split that gives no client test data (the run would score
-    nothing), and warn naming the partitions without any (they count in no accuracy mean).
+    """Before round 1, warn naming the partitions whose test split is empty: they will count in
+    no accuracy mean (if none has test data, the run ends with that error). A node that reads
+    its own ``data-dir`` splits its own data, which this summary of the server's copy cannot see.
 
     Returns
     -------
     list[int]
         The partitions without test data.
-
-    Raises
-    ------
-    DataError
-        If no partition has test data.
     """
     untested = untested_partitions(summary)
-    if untested and len(untested) == len(summary["clients"]):
-        raise DataError(
-            f"no client gets test data: the {summary['samples'].get('train', 0)} training samples split over "
-            f"{len(untested)} clients leave each too few for a test share; use fewer clients, a larger test "
-            "share (local-split), a test pool (reserve-test or test-data-dir) or more data"
-        )
     if untested:
+        every = " (every client: the run will have no accuracy)" if len(untested) == len(summary["clients"]) else ""
         log.warning(
-            "partition(s) %s get no test data from this split (too few samples for the test share): they will "
-            "count in no accuracy mean; use fewer clients, a larger test share (local-split) or more data",
+            "partition(s) %s get no test data from this split%s: too few samples for the test share, so they "
+            "count in no accuracy mean; use fewer clients, a larger test share (local-split), a test pool "
+            "(reserve-test or test-data-dir) or more data",
             ", ".join(map(str, untested)),
+            every,
         )
     return untested
 

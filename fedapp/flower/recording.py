@@ -8,6 +8,9 @@ and accuracy statistics of a round's replies (held-out clients, per domain, base
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import logging
 import math
 import time
@@ -20,7 +23,15 @@ from flwr.common import EvaluateRes, Scalar
 from flwr.server.client_proxy import ClientProxy
 
 from fedapp.aggregation import Arrays
+from fedapp.clientdata import held_out_clients, load_client_data
 from fedapp.config import RunConfig
+from fedapp.data.partition_report import (
+    PARTITION_FILE,
+    check_test_splits,
+    partition_summary,
+    untested_partitions,
+    write_partition_files,
+)
 from fedapp.errors import StateError
 from fedapp.flower.progress import log_progress
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder
@@ -333,3 +344,51 @@ def open_recorder(config: RunConfig, domain_names: Sequence[str]) -> RunRecorder
     if tracker is not None:
         recorder.observers.append(tracker)
     return recorder
+
+
+def open_run_folder(config: RunConfig, domain_names: Sequence[str]) -> RunRecorder:
+    """:func:`open_recorder`, after naming the clients without test data, with what each client
+    holds written beside (``partition.json`` and ``partition.png``; a resume keeps its own)."""
+    summary = None
+    if not config.resume:
+        clients = functools.partial(load_client_data, config)
+        summary = partition_summary(config, clients, held_out_clients(config))
+        check_test_splits(summary)
+    recorder = open_recorder(config, domain_names)
+    if summary is not None:
+        write_partition_files(recorder.directory, summary)
+    return recorder
+
+
+class UntestedClients:
+    """Names, once each, the clients whose test split is empty (they count in no mean),
+    but not those whose partitions the run folder's ``partition.json`` named before round 1."""
+
+    def __init__(self, recorder: RunRecorder | None) -> None:
+        self.report = None if recorder is None else recorder.directory / PARTITION_FILE
+        self.named: set[str] | None = None
+
+    def warn(
+        self,
+        replies: EvaluateReplies,
+        name_of: Callable[[ClientProxy], str],
+        partition_of: Mapping[str, int],
+    ) -> None:
+        if self.named is None:  # the first evaluation: what the report named
+            self.named = set()
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+                summary = json.loads(self.report.read_text())
+                self.named.update(f"p{partition}" for partition in untested_partitions(summary))
+        new = []
+        for proxy, res in replies:
+            partition = partition_of.get(proxy.cid)
+            key = proxy.cid if partition is None else f"p{partition}"
+            if res.num_examples == 0 and key not in self.named:
+                self.named.add(key)
+                new.append(name_of(proxy))
+        if new:
+            log.warning(
+                "client(s) %s have no test data (their split is too small for the test share): they are left "
+                "out of the accuracy means, which cover the clients that were tested (clients_evaluated)",
+                ", ".join(sorted(new)),
+            )

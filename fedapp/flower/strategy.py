@@ -11,9 +11,6 @@ part), replies (what is usable), recording (the round's record) and resume (chec
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,24 +26,18 @@ from torch import nn
 from fedapp.aggregation import Arrays
 from fedapp.catalog import CATALOG
 from fedapp.checkpoint import restore_rng_state
-from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names, held_out_clients, load_client_data
+from fedapp.clientdata import CLASS_NAMES_KEY, check_data, encode_class_names
 from fedapp.config import RunConfig
-from fedapp.data.partition_report import (
-    PARTITION_FILE,
-    check_test_splits,
-    partition_summary,
-    untested_partitions,
-    write_partition_files,
-)
 from fedapp.errors import ConfigError, StateError
 from fedapp.flower import replies
 from fedapp.flower.recording import (
     RoundLog,
     RunTotals,
+    UntestedClients,
     close_round,
     evaluation_order,
     num_params,
-    open_recorder,
+    open_run_folder,
     summarize_evaluation,
     write_round,
 )
@@ -118,7 +109,7 @@ class FedAppStrategy(Strategy):
         self.recorder = recorder
         self.history: list[RoundRecord] = []
         self._round_log: dict[int, RoundLog] = {}
-        self._untested_warned: set[str] | None = None  # clients named for an empty test split
+        self._untested = UntestedClients(recorder)
         self._totals = RunTotals()
         self._global: Arrays = []
         self._sampler = ClientSampler(config)
@@ -192,14 +183,7 @@ class FedAppStrategy(Strategy):
         _check_serves(cls, config.method)
         check_writable_folders(config.values, results=record)
         source = check_data(config, config.num_partitions)
-        summary = None  # partition.json and partition.png: what each client holds (a resume keeps its own)
-        if record and not config.resume:
-            clients = functools.partial(load_client_data, config)
-            summary = partition_summary(config, clients, held_out_clients(config))
-            check_test_splits(summary)  # before the run folder is made
-        recorder = open_recorder(config, source.domain_names) if record else None
-        if recorder is not None and summary is not None:
-            write_partition_files(recorder.directory, summary)
+        recorder = open_run_folder(config, source.domain_names) if record else None
         return cls(config, source.num_classes, recorder, source.class_names, source.domain_names)
 
     def __repr__(self) -> str:
@@ -391,7 +375,7 @@ class FedAppStrategy(Strategy):
         evaluation = summarize_evaluation(
             results, held_out, self._sampler.domain_of, self.domain_names, pooled=self.has_global_model
         )
-        self._warn_untested(results + held_out)
+        self._untested.warn(results + held_out, self.client_name, self._sampler.partition_of)
         round_log = self._round_log.pop(server_round, RoundLog())
         evaluated = [self.client_name(proxy) for proxy, _ in results + held_out]
         record = close_round(server_round, round_log, self._totals, evaluation, len(failures), evaluated)
@@ -401,28 +385,6 @@ class FedAppStrategy(Strategy):
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         return None  # every method is evaluated on the clients' own test sets
-
-    def _warn_untested(self, replies: list[tuple[ClientProxy, EvaluateRes]]) -> None:
-        """Name, once, the clients whose test split is empty (they count in no mean), unless the
-        partition report already named their partitions before round 1."""
-        if self._untested_warned is None:  # first evaluation: what partition.json named before round 1
-            self._untested_warned = set()
-            summary = None if self.recorder is None else self.recorder.directory / PARTITION_FILE
-            with contextlib.suppress(OSError, ValueError, KeyError, AttributeError):
-                self._untested_warned.update(f"p{p}" for p in untested_partitions(json.loads(summary.read_text())))
-        new = []
-        for proxy, res in replies:
-            partition = self._sampler.partition_of.get(proxy.cid)
-            key = proxy.cid if partition is None else f"p{partition}"
-            if res.num_examples == 0 and key not in self._untested_warned:
-                self._untested_warned.add(key)
-                new.append(self.client_name(proxy))
-        if new:
-            log.warning(
-                "client(s) %s have no test data (their split is too small for the test share): they are left "
-                "out of the accuracy means, which cover the clients that were tested (clients_evaluated)",
-                ", ".join(sorted(new)),
-            )
 
 
 def _check_serves(cls: type[FedAppStrategy], method: str) -> None:

@@ -106,6 +106,14 @@ def test_a_run_in_which_no_client_trained_is_an_error(tmp_path):
     rows[1]["clients_fit"] = 1  # one client in one round is a run
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     check_clients_trained(folder)
+    # Trained, but no client tested in any round (every test split empty): no accuracy, an error too.
+    rows = [{**row, "clients_evaluated": 0} for row in rows]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(StateError, match=r"no client was tested in any of the 2 rounds of run: every evaluated"):
+        check_clients_trained(folder)
+    rows[0]["clients_evaluated"] = 2
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    check_clients_trained(folder)
 
 
 def test_the_writability_probe_leaves_the_disk_as_it_was(tmp_path):
