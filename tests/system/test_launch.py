@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -87,35 +89,16 @@ def test_flwr_run_completes_and_stops_its_superlink(tmp_path, capfd):
         impostor.shutdown()
 
 
-def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
+@contextlib.contextmanager
+def running_launcher(tmp_path: Path, stderr=subprocess.DEVNULL) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """A launcher of a long run, its SuperLink started, in its own Flower home; whatever the test
+    does to it, nothing of that home is left running afterwards."""
     home = (tmp_path / "home").resolve()
     config = f'num-rounds=100 results-dir="{tmp_path / "results"}"'
     launcher = subprocess.Popen(
         [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--num-clients", "2", "--run-config", config],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not superlink_pids(home) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert superlink_pids(home), "the launcher never started its SuperLink"
-        launcher.send_signal(signal.SIGTERM)
-        assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
-        assert superlink_pids(home) == []
-    finally:
-        launcher.kill()
-        stop_processes(superlink_pids(home))
-
-
-def test_ctrl_c_ends_the_launcher_with_one_line_and_no_process_left(tmp_path):
-    """Issue 42: Ctrl-C during a launch printed a 20-line KeyboardInterrupt traceback."""
-    home = (tmp_path / "home").resolve()
-    config = f'num-rounds=100 results-dir="{tmp_path / "results"}"'
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--num-clients", "2", "--run-config", config],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
     try:
@@ -123,33 +106,35 @@ def test_ctrl_c_ends_the_launcher_with_one_line_and_no_process_left(tmp_path):
         while not superlink_pids(home) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert superlink_pids(home), "the launcher never started its SuperLink"
+        yield launcher, home
+    finally:
+        launcher.kill()
+        stop_processes(superlink_pids(home) + home_pids(home))
+
+
+def test_sigterm_to_the_launcher_stops_its_superlink(tmp_path):
+    with running_launcher(tmp_path) as (launcher, home):
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+        assert superlink_pids(home) == []
+
+
+def test_ctrl_c_ends_the_launcher_with_one_line_and_no_process_left(tmp_path):
+    """Issue 42: Ctrl-C during a launch printed a 20-line KeyboardInterrupt traceback."""
+    with running_launcher(tmp_path, stderr=subprocess.PIPE) as (launcher, home):
         launcher.send_signal(signal.SIGINT)
         _, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 128 + signal.SIGINT, err
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
         assert err.strip().splitlines()[-1].startswith("error: interrupted; the run folder keeps the rounds")
         assert superlink_pids(home) == []
-    finally:
-        launcher.kill()
-        stop_processes(superlink_pids(home) + home_pids(home))
 
 
 def test_sigkill_to_the_launcher_leaves_no_flower_process_behind(tmp_path):
     """Issue 42: ``kill -9`` of the launcher left its ``flower-superlink --insecure`` and
     ``flower-superexec`` running (an unauthenticated SuperLink nobody owns). Its sentinel,
     in a session of its own, sees the launcher's end and stops every process of its home."""
-    home = (tmp_path / "home").resolve()
-    config = f'num-rounds=100 results-dir="{tmp_path / "results"}"'
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--num-clients", "2", "--run-config", config],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not superlink_pids(home) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert superlink_pids(home), "the launcher never started its SuperLink"
+    with running_launcher(tmp_path) as (launcher, home):
         time.sleep(3)  # the SuperExec and the simulation start under it
         assert len(home_pids(home)) >= 2, "expected the SuperLink and the processes under it"
         launcher.send_signal(signal.SIGKILL)
@@ -159,9 +144,6 @@ def test_sigkill_to_the_launcher_leaves_no_flower_process_behind(tmp_path):
             time.sleep(0.5)
         assert home_pids(home) == [] and superlink_pids(home) == []
         assert home.is_dir()  # a home the user gave is kept
-    finally:
-        launcher.kill()
-        stop_processes(superlink_pids(home) + home_pids(home))
 
 
 def launch(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
