@@ -9,6 +9,7 @@ without talking.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
@@ -60,10 +61,12 @@ def held_out_partitions(config: RunConfig, class_sets: Sequence[Collection[int]]
 
 
 def _covered_draw(order: list[int], count: int, class_sets: list[set[int]], fraction: float) -> list[int]:
+    # How many training clients hold each class; a candidate may go if it is never the last one.
+    holders = Counter(c for classes in class_sets for c in classes)
     held: list[int] = []
     for candidate in order:
-        training = [class_sets[p] for p in order if p != candidate and p not in held]
-        if all(any(c in classes for classes in training) for c in class_sets[candidate]):
+        if all(holders[c] > 1 for c in class_sets[candidate]):
+            holders.subtract(class_sets[candidate])
             held.append(candidate)
             if len(held) == count:
                 return held

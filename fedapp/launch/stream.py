@@ -178,8 +178,8 @@ class RunEnding:
             text = strip_ansi(line)
             if DONE_LINE.search(text):
                 self.done = text.strip()
-            elif self.error is None and ERROR_LINE.search(text):
-                self.error = ERROR_LINE.search(text).group(1).strip()
+            elif self.error is None and (error := ERROR_LINE.search(text)):
+                self.error = error.group(1).strip()
             yield line
 
 

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from fedapp.launch.stream import LogCleaner, is_terminal, show_log, strip_ansi, wants_colour
+from fedapp.launch.stream import LogCleaner, RunEnding, is_terminal, show_log, strip_ansi, wants_colour
 
 # What `flwr run --stream` printed for a two-round launch before this cleaning (colours as Flower sends them).
 GREEN, YELLOW, CYAN, RESET = "\x1b[92m", "\x1b[93m", "\x1b[36m", "\x1b[0m"
@@ -110,3 +110,19 @@ def test_on_a_terminal_a_progress_bar_follows_the_round_lines(monkeypatch, no_co
     assert "0/2" in screen and "2/2" in screen and "acc mean 0.161" in screen and "ETA 0s" in screen
     assert ROUND_1 in screen and "changed from 10 to 2" not in screen
     assert (GREEN in out.getvalue()) is (not no_color)  # Flower's colours pass on, unless NO_COLOR
+
+
+def test_the_run_ending_is_read_from_the_servers_own_lines():
+    """flwr run --stream exits 0 whatever became of the run: the launcher reads the ServerApp's
+    done: and error: lines as they pass (issue 42)."""
+    lines = [
+        "\x1b[92mINFO \x1b[0m:      round 1/1 | acc mean 0.5 worst 0.5 | loss 1.0 | fit 2 | 1 MB\n",
+        "\x1b[91mERROR \x1b[0m:     error: run folder /r/x is being written by another run\n",
+        "ERROR :     error: a later one\n",
+    ]
+    ending = RunEnding()
+    assert list(ending.watch(lines)) == lines  # passed through unchanged
+    assert ending.error == "run folder /r/x is being written by another run" and ending.done is None
+    finished = RunEnding()
+    list(finished.watch(["INFO :      done: round 2/2 | final acc mean 0.807 | 2.01 MB | 56s | results in /r/y\n"]))
+    assert finished.done.startswith("INFO :      done: round 2/2 |") and finished.error is None
