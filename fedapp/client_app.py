@@ -33,9 +33,8 @@ from fedapp.config import SCHEMA, RunConfig, resolve_run_config
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.errors import ConfigError
 from fedapp.extras import check_client_extras
-from fedapp.flower.message_api import answer, is_message_api
-from fedapp.flower.privacy import dp_clipping_mod
-from fedapp.flower.secure_aggregation import secagg_client_mod
+from fedapp.flower.client_mods import dp_clipping_mod, secagg_client_mod
+from fedapp.flower.message_records import answer, is_message_api
 from fedapp.registry import client_class
 from fedapp.state import RUN_TOKEN_KEY, DiskStateStore, MemoryStateStore, StateStore, on_supernode
 from fedapp.training import select_device

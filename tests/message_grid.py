@@ -6,7 +6,8 @@ from flwr.app import Message, MessageType
 from flwr.common import Error
 
 from fedapp.config import resolve_run_config
-from fedapp.flower.message_api import MessageStrategy, answer
+from fedapp.flower.message_api import MessageStrategy
+from fedapp.flower.message_records import answer
 from fedapp.inprocess import build_numpy_clients
 
 FIRST_NODE = 101

@@ -3,7 +3,7 @@
 With ``dp`` = ``server`` the server clips every client's update (its change to
 the global arrays) to L2 norm ``dp-clipping-norm`` = C; with ``dp`` = ``client``
 the clients clip (Flower's ``fixedclipping_mod``, in every ClientApp of this
-project, see :func:`dp_clipping_mod`) and the server checks the bound. Either
+project, see :func:`fedapp.flower.client_mods.dp_clipping_mod`) and the server checks the bound. Either
 way the server then averages the clipped updates and adds Gaussian noise of
 standard deviation ``sigma * C / m`` (``sigma`` = ``dp-noise-multiplier``, m =
 the clients sampled that round) to every element of the new global arrays.
@@ -38,10 +38,6 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from flwr.app import Context, Message, MessageType
-from flwr.client.mod import fixedclipping_mod
-from flwr.clientapp.mod import fixedclipping_mod as message_fixedclipping_mod
-from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import FitIns, FitRes, Parameters, Scalar, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
@@ -49,7 +45,7 @@ from flwr.server.strategy import (
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyServerSideFixedClipping,
 )
-from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, compute_stdv
+from flwr.supercore.differential_privacy import compute_stdv
 
 from fedapp.aggregation import Arrays
 from fedapp.config import RunConfig, check_dp_config
@@ -260,25 +256,3 @@ def wrap_for_privacy(strategy, config: RunConfig):
         )
     wrapper = ServerSideFixedClipping if mode == "server" else ClientSideFixedClipping
     return wrapper(strategy, config)
-
-
-# ----- client side -------------------------------------------------------------------
-
-
-def dp_clipping_mod(msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-    """Flower's ``fixedclipping_mod`` where the server asks for clipping, a pass-through elsewhere.
-
-    ``fixedclipping_mod`` raises on a training message without a clipping norm
-    in its config; this mod lets such messages (``dp`` = ``off`` or ``server``)
-    through, so every ClientApp of this project can carry it.
-    """
-    if msg.metadata.message_type == MessageType.TRAIN and not msg.has_error():
-        # A legacy fit instruction keeps its config here (flwr.compat's FitIns encoding) ...
-        config = msg.content.config_records.get("fitins.config")
-        if config is not None and KEY_CLIPPING_NORM in config:
-            return fixedclipping_mod(msg, ctxt, call_next)
-        # ... a Message-API one in "config", clipped by the Message API's own mod.
-        config = msg.content.config_records.get("config")
-        if config is not None and KEY_CLIPPING_NORM in config:
-            return message_fixedclipping_mod(msg, ctxt, call_next)
-    return call_next(msg, ctxt)

@@ -36,12 +36,11 @@ from flwr.superlink.grid import InMemoryGrid
 
 from fedapp.clientdata import held_out_clients
 from fedapp.config import RunConfig, domain_of_partition
+from fedapp.flower.message_records import PROPERTIES
 
 log = logging.getLogger("flwr.fedapp")
 
 _Reply = TypeVar("_Reply")
-#: The config record of a Message-API query's reply that holds the node's properties.
-PROPERTIES = "properties"
 
 
 class ClientSampler:

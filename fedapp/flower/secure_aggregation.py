@@ -9,7 +9,7 @@ The pieces:
 
 * :func:`fedapp.secagg.check_secagg_config`: the config rules (which methods, share counts,
   quantization limits), run by :func:`fedapp.config.validate`;
-* :func:`secagg_client_mod`: the ClientApp mod; it runs Flower's
+* :func:`fedapp.flower.client_mods.secagg_client_mod`: the ClientApp mod; it runs Flower's
   ``secaggplus_mod`` for the messages of a SecAgg+ round and passes every other
   message through, so it is always installed;
 * :func:`run_secagg`: the ServerApp side; it drives the strategy through
@@ -28,16 +28,12 @@ i.e. the example-weighted *average*, as float64 arrays.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Message
-from flwr.app.message_type import MessageType
-from flwr.client.mod import secaggplus_mod
+from flwr.app import Context
 from flwr.common import FitRes, ndarray_to_bytes, parameters_to_ndarrays
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.server import ServerConfig, SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat import LegacyContext
@@ -48,7 +44,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp.grid import Grid
 
 from fedapp.aggregation import Arrays, metrics_problem, update_problem
-from fedapp.config import RunConfig, resolve_run_config
+from fedapp.config import RunConfig
 from fedapp.errors import ConfigError
 from fedapp.flower.recording import RoundLog, num_params
 from fedapp.flower.replies import ClientUpdate, reply_order
@@ -56,44 +52,6 @@ from fedapp.flower.strategy import FedAppStrategy
 from fedapp.secagg import MODULUS_RANGE, secagg_workflow_options
 
 log = logging.getLogger("flwr.fedapp")
-
-
-# ----- client side ---------------------------------------------------------------
-
-
-def secagg_client_mod(overrides: Mapping[str, Any] | None = None, *, ignore_unknown: bool = False) -> Callable:
-    """The ClientApp mod: Flower's ``secaggplus_mod`` for the messages of a SecAgg+ round.
-
-    ``secaggplus_mod`` itself requires the SecAgg+ config record in every train
-    message; this one passes a train message without it (a plain fit
-    instruction) through, unless the client's own run config (``overrides`` on
-    top of Flower's) says ``secagg = true``: then it refuses, so that a client
-    configured for secure aggregation never uploads its arrays unmasked.
-    """
-
-    def optional_secaggplus_mod(msg: Message, ctxt: Context, call_next: Callable) -> Message:
-        if msg.metadata.message_type != MessageType.TRAIN:
-            return call_next(msg, ctxt)
-        if RECORD_KEY_CONFIGS in msg.content.config_records:
-            return secaggplus_mod(msg, ctxt, call_next)
-        if _wants_secagg({**ctxt.run_config, **(overrides or {})}, ignore_unknown):
-            raise ConfigError(
-                "this client runs with 'secagg' = true, but the server sent a plain fit instruction (no SecAgg+ "
-                "round); refusing to upload its arrays unmasked"
-            )
-        return call_next(msg, ctxt)
-
-    return optional_secaggplus_mod
-
-
-def _wants_secagg(run_config: Mapping[str, Any], ignore_unknown: bool) -> bool:
-    """Whether the run config turns secure aggregation on (a preset may)."""
-    if not run_config.get("preset") and run_config.get("secagg") is not True:
-        return False  # the common case, without validating the whole config per message
-    try:
-        return bool(resolve_run_config(run_config, ignore_unknown=ignore_unknown)["secagg"])
-    except ConfigError:
-        return False  # the client_fn raises the same error for this message
 
 
 # ----- server side ---------------------------------------------------------------

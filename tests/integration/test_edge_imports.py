@@ -43,3 +43,17 @@ def test_an_edge_client_imports_neither_open_clip_nor_dynamo_once_its_flops_are_
     assert first == "dynamo"  # the first message counts (and says what that costs, to be seen if it changes)
     assert second == "no dynamo"
     assert len(list((tmp_path / "cache" / "flops").iterdir())) >= 1
+
+
+def test_the_client_app_imports_none_of_flowers_server_side():
+    """A SuperNode starts a ClientApp process per message: the link state, the server's strategies
+    and our own strategy base (about 0.6 s of imports together) stay out of it."""
+    script = (
+        "import sys, fedapp.client_app\n"
+        "server = ['flwr.server.superlink.linkstate', 'flwr.superlink.grid', 'fedapp.flower.strategy',\n"
+        "          'fedapp.flower.message_api', 'fedapp.flower.secure_aggregation', 'fedapp.flower.privacy']\n"
+        "print(','.join(name for name in server if name in sys.modules) or 'none')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "none"

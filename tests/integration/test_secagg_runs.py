@@ -15,7 +15,7 @@ from flwr.common import FitIns, FitRes, parameters_to_ndarrays
 from fedapp.checkpoint import FILENAME as CHECKPOINT_FILE
 from fedapp.checkpoint import load_checkpoint
 from fedapp.client_app import make_client_fn
-from fedapp.flower.secure_aggregation import secagg_client_mod
+from fedapp.flower.client_mods import secagg_client_mod
 from fedapp.metrics import read_metrics
 from fedapp.secagg import error_bound
 from fedapp.server_app import make_server_app

@@ -18,8 +18,9 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 from fedapp import client_app
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
-from fedapp.flower.message_api import MessageStrategy, answer, is_message_api, joined_metrics, split_metrics
-from fedapp.flower.privacy import dp_clipping_mod
+from fedapp.flower.client_mods import dp_clipping_mod
+from fedapp.flower.message_api import MessageStrategy
+from fedapp.flower.message_records import answer, is_message_api, joined_metrics, split_metrics
 from tests.message_grid import FIRST_NODE, InProcessGrid, run_on_message_api
 
 pytestmark = pytest.mark.usefixtures("task_identity")

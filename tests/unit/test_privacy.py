@@ -23,8 +23,9 @@ from flwr.supercore.task_identity import TaskIdentity
 from fedapp.config import resolve_run_config
 from fedapp.dp import epsilon, rdp_sampled_gaussian, sampled_per_round, update_norm
 from fedapp.errors import ConfigError
+from fedapp.flower.client_mods import dp_clipping_mod
 from fedapp.flower.driver import PartitionProxy
-from fedapp.flower.privacy import ClientSideFixedClipping, ServerSideFixedClipping, dp_clipping_mod, wrap_for_privacy
+from fedapp.flower.privacy import ClientSideFixedClipping, ServerSideFixedClipping, wrap_for_privacy
 from strategies import FedAvgStrategy, LGFedAvgStrategy
 
 C = 1.0
