@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import random
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,30 @@ from fedapp.flower.message_records import answer, is_message_api
 from fedapp.registry import client_class
 from fedapp.state import RUN_TOKEN_KEY, DiskStateStore, MemoryStateStore, StateStore, on_supernode
 from fedapp.training import select_device
+
+
+def simulated_without_gpu() -> bool:
+    """Whether this process is a Ray simulation worker that Ray gave no GPU (``--gpus-per-client`` 0).
+
+    Ray 2.x hides the GPUs from such a worker (``CUDA_VISIBLE_DEVICES=""``) but says it will
+    stop doing so (``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO``); the client decides from Ray's
+    assignment itself, so a worker given no GPU trains on the CPU under either behaviour.
+    """
+    ray = sys.modules.get("ray")  # a Ray worker has imported it; elsewhere there is nothing to ask
+    if ray is None or not ray.is_initialized():
+        return False
+    context = ray.get_runtime_context()
+    if context.worker.mode != ray.WORKER_MODE:
+        return False
+    return not context.get_accelerator_ids().get("GPU")
+
+
+def client_device(name: str):
+    """The device a client trains on: ``device`` as :func:`~fedapp.training.select_device` reads it,
+    the CPU in a simulation worker given no GPU (where ``auto`` and ``cuda`` say why)."""
+    if name != "cpu" and simulated_without_gpu():
+        return select_device(name, no_gpu_reason="this simulated client was given no GPU; --gpus-per-client gives one")
+    return select_device(name)
 
 
 def node_partition(node_config: Mapping[str, Any], config: RunConfig) -> tuple[int, int]:
@@ -246,7 +271,7 @@ def make_numpy_client_fn(overrides: Mapping[str, Any] | None = None, *, ignore_u
         def build() -> AgreementCheckedClient:
             data = load_client_data(config, partition_id, num_partitions, local_dir)
             store = make_store(context, config, partition_id)
-            client = client_class(config.method)(config, data, store, select_device(config.device))
+            client = client_class(config.method)(config, data, store, client_device(config.device))
             return AgreementCheckedClient(client, data, store, config.personal_state_from)
 
         return NodeClient(partition_id, build)

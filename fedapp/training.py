@@ -76,7 +76,7 @@ def cross_entropy_loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     return F.cross_entropy(model(x), y)
 
 
-def select_device(name: str) -> torch.device:
+def select_device(name: str, *, no_gpu_reason: str = "") -> torch.device:
     """Map the ``device`` config value to a torch device, falling back to CPU.
 
     ``"auto"`` picks CUDA when torch sees a GPU, else the CPU, and says which
@@ -87,6 +87,9 @@ def select_device(name: str) -> torch.device:
     ----------
     name : str
         ``"auto"``, ``"cpu"`` or ``"cuda"`` (the config key's choices).
+    no_gpu_reason : str, optional
+        Why this process must not take a GPU although torch may see one (a simulation
+        worker given none): the CPU, with this reason in the line.
 
     Returns
     -------
@@ -95,13 +98,13 @@ def select_device(name: str) -> torch.device:
     """
     if name == "cpu":
         return torch.device("cpu")
-    if torch.cuda.is_available():
+    if not no_gpu_reason and torch.cuda.is_available():
         # A Ray simulation worker sees only the GPU Ray assigned it (Ray sets
         # CUDA_VISIBLE_DEVICES per worker), so plain "cuda" is that GPU there.
         index = torch.cuda.current_device()
         _log_once(logging.INFO, f"device = {name}: using cuda:{index} ({_gpu_description(index)})")
         return torch.device("cuda")
-    reason = _no_cuda_reason()
+    reason = no_gpu_reason or _no_cuda_reason()
     if name == "cuda":
         _log_once(logging.WARNING, f"device = cuda requested but CUDA is not available ({reason}); using CPU")
     else:
@@ -126,7 +129,7 @@ def _no_cuda_reason() -> str:
         return "this torch build has no CUDA support"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        # Ray sets it to "" in simulation workers that were given no GPU.
+        # Ray 2.x sets it to "" in simulation workers that were given no GPU.
         hint = "simulated clients get one with --gpus-per-client"
         return f"no GPU visible with CUDA_VISIBLE_DEVICES={visible!r}; {hint}"
     return "no CUDA device found"

@@ -9,6 +9,7 @@ and without CUDA it is one skipped line).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -58,6 +59,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(xdist_group(item, "/".join(parts))))
 
 
+def random_order_line(config: pytest.Config) -> str | None:
+    """The line that replays this run's order (pytest-randomly's seed), or None when the order is the files'."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if not config.pluginmanager.has_plugin("randomly") or not isinstance(seed, int):
+        return None
+    return f"random order: --randomly-seed={seed} replays it"
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return random_order_line(config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """The seed again beside the results, in every verbosity (``-q`` hides the header)."""
+    line = random_order_line(config)
+    if line:
+        terminalreporter.write_line(line)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Refuse a pytest-xdist worker whose groups did not take: tests that share a federation or
@@ -86,21 +107,67 @@ def _private_cache(tmp_path_factory):
         yield os.environ["FEDAPP_CACHE_DIR"]
 
 
-@pytest.fixture(autouse=True)
-def _pythonpath_as_found() -> Iterator[None]:
-    """``PYTHONPATH`` given back as each test found it.
+def _logger_states() -> dict[str, tuple]:
+    """Every logger's filters, handlers, level, propagation and switch, by name ("" is the root)."""
+    loggers = {"": logging.getLogger()}
+    every = logging.Logger.manager.loggerDict.items()
+    loggers.update((name, logger) for name, logger in every if isinstance(logger, logging.Logger))
+    return {
+        name: (logger, list(logger.filters), list(logger.handlers), logger.level, logger.propagate, logger.disabled)
+        for name, logger in loggers.items()
+    }
 
-    Flower's Ray backend writes the driver's ``sys.path`` into ``os.environ["PYTHONPATH"]``
-    (so its workers find the app) when a simulation runs in this process; processes that
-    later tests start from here would inherit this venv's site-packages (a lean SuperNode
-    would find packages its install lacks).
+
+def _restore_loggers(saved: dict[str, tuple]) -> None:
+    for logger, filters, handlers, level, propagate, disabled in saved.values():
+        logger.filters[:], logger.handlers[:] = filters, handlers
+        logger.propagate, logger.disabled = propagate, disabled
+        if logger.level != level:
+            logger.setLevel(level)  # (clears the loggers' cached levels too)
+    for name, logger in logging.Logger.manager.loggerDict.items():
+        if name not in saved and isinstance(logger, logging.Logger):
+            logger.filters.clear()  # a logger made during the test keeps nothing the test put on it
+            logger.handlers.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_leaves_visible_devices_alone() -> Iterator[None]:
+    """Ray's coming behaviour, in every simulation the suite starts: a worker given no GPU keeps the
+    visible devices it inherited (our ClientApp then picks the CPU itself), and Ray 2.x's
+    FutureWarning about the change is not printed (the launcher sets the same)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _process_state_as_found() -> Iterator[None]:
+    """What a test may change in this process, given back as the test found it, so that no test
+    depends on which tests ran before it (the suite runs in a random order: pytest-randomly).
+
+    The environment (Flower's Ray backend writes the driver's ``sys.path`` into ``PYTHONPATH``
+    when a simulation runs in this process, and processes that later tests start would inherit
+    it), ``sys.path``, the working directory, every logger's filters, handlers and level (our
+    ServerApp puts a filter on Flower's logger once per process), the colours of Flower's console
+    handler and torch's thread count.
     """
-    saved = os.environ.get("PYTHONPATH")
+    from flwr.common.logger import console_handler  # noqa: PLC0415 - Flower is imported by every tier
+
+    environ, path, cwd = dict(os.environ), list(sys.path), os.getcwd()
+    loggers, colored = _logger_states(), console_handler.colored
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
     yield
-    if saved is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = saved
+    if os.environ != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    sys.path[:] = path
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    _restore_loggers(loggers)
+    console_handler.colored = colored
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -29,8 +29,11 @@ def flower_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment for Flower commands and processes with ``home`` as ``FLWR_HOME``: this
     interpreter's executables first on ``PATH`` (a SuperLink or SuperNode starts
     ``flwr-serverapp``/``flwr-clientapp`` from it), no runtime re-install of the app, no update
-    check; ``extra`` on top."""
+    check; ``extra`` on top. Ray leaves a simulation worker given no GPU the devices it inherited
+    (Ray 2.x's coming default; our ClientApp picks the CPU there itself) unless the caller's
+    environment says otherwise."""
     return {
+        "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "FLWR_HOME": str(home),

@@ -54,6 +54,8 @@ def test_the_client_app_imports_none_of_flowers_server_side():
         "          'fedapp.flower.message_api', 'fedapp.flower.secure_aggregation', 'fedapp.flower.privacy']\n"
         "print(','.join(name for name in server if name in sys.modules) or 'none')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "none"

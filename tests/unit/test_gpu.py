@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -333,3 +334,50 @@ def test_on_a_ray_cluster_the_gpu_share_is_not_checked_against_this_machine(monk
     assert launch.gpus_to_check(0.25) == 0 and launch.gpus_to_check(0.0) is None
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert launch.gpus_to_check(0.25) is None
+
+
+class _RayStub:
+    """What :func:`fedapp.client_app.simulated_without_gpu` asks of Ray, as a worker would answer."""
+
+    WORKER_MODE, SCRIPT_MODE = 1, 0
+
+    def __init__(self, mode: int, gpus: list[str], initialized: bool = True) -> None:
+        self.mode, self.gpus, self.initialized = mode, gpus, initialized
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def get_runtime_context(self):
+        stub = self
+
+        class Context:
+            worker = type("Worker", (), {"mode": stub.mode})()
+
+            def get_accelerator_ids(self):
+                return {"GPU": stub.gpus, "TPU": []}
+
+        return Context()
+
+
+@pytest.mark.parametrize(
+    ("ray", "device"),
+    [
+        (None, "cuda"),  # not in Ray: torch decides (here the stand-in GPU)
+        (_RayStub(_RayStub.SCRIPT_MODE, []), "cuda"),  # the driver of an in-process simulation
+        (_RayStub(_RayStub.WORKER_MODE, ["0"]), "cuda"),  # a worker given a GPU
+        (_RayStub(_RayStub.WORKER_MODE, []), "cpu"),  # a worker given none, whatever it can see
+        (_RayStub(_RayStub.WORKER_MODE, [], initialized=False), "cuda"),
+    ],
+)
+def test_a_simulated_client_given_no_gpu_trains_on_the_cpu_though_it_sees_one(ray, device, monkeypatch):
+    from fedapp.client_app import client_device  # noqa: PLC0415 - Flower's ClientApp only for this test
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch sees a GPU ...
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "stand-in")
+    if ray is None:
+        monkeypatch.delitem(sys.modules, "ray", raising=False)
+    else:  # ... and Ray, where there is a Ray, says whether this worker may use one
+        monkeypatch.setitem(sys.modules, "ray", ray)
+    assert client_device("auto").type == device
+    assert client_device("cpu").type == "cpu"
