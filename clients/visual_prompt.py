@@ -52,7 +52,7 @@ class VisualPromptClient(FedAppClient):
 
     def learner(self, arrays: Arrays | None = None) -> VisualPrompts:
         """The method's prompts and head: fresh from the seed, or loaded from ``arrays``."""
-        learner = build_visual_prompts(self.config, self.data.num_classes)
+        learner = build_visual_prompts(self.config.values, self.data.num_classes)
         if arrays is not None:
             set_arrays(learner, list(arrays))
         return learner

@@ -7,13 +7,16 @@ a client that never trained, and which protocols it supports. The config
 validation, the registry, the privacy checks, the report and the docs read these
 facts; nothing else keeps lists of method names.
 
-This module is plain data: it imports neither Flower nor torch.
+This module is plain data: it imports neither Flower nor torch. A method's own option
+checks are named by import path, as its strategy and client are, and imported when run.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Backbone = Literal["cnn", "clip-text", "clip-vision", "cnn+server-clip"]
 Uploads = Literal["parameters", "per-class", "nothing"]
@@ -50,6 +53,14 @@ class MethodSpec:
     variant_of
         The method whose strategy and client this one reuses with other settings
         (empty for a method of its own).
+    options_check
+        ``"module:function"`` that checks the method's own keys (their parsers live with
+        the method): it takes the run configuration's values by config name and raises a
+        ConfigError naming the key; empty when the method has no keys of its own to check.
+    text_prompt_lengths
+        ``"module:function"`` giving, from the same values, the text prompts a client of a
+        ``clip-text`` method reads besides ``prompt-length``'s, as ``(what, length per
+        client)`` pairs, so that one rule checks every prompt against the text context.
     """
 
     name: str
@@ -62,6 +73,8 @@ class MethodSpec:
     mixed_models: bool = False
     new_client_note: str = ""
     variant_of: str = ""
+    options_check: str = ""
+    text_prompt_lengths: str = ""
 
     @property
     def averages_parameters(self) -> bool:
@@ -204,6 +217,7 @@ CATALOG: dict[str, MethodSpec] = {
             "clip-text",
             "parameters",
             new_client_note="half of its classifier is the private local prompt, which a new client has not trained",
+            text_prompt_lengths="fedapp.methods.local_prompt_lengths:sdfed_text_prompt_lengths",
         ),
         MethodSpec(
             "head-fedavg",
@@ -248,6 +262,7 @@ CATALOG: dict[str, MethodSpec] = {
             "clip-vision",
             "per-class",
             f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
+            options_check="fedapp.methods.visual_prompts:check_pep_fedpt_options",
         ),
         MethodSpec(
             "fedd2p",
@@ -259,6 +274,7 @@ CATALOG: dict[str, MethodSpec] = {
             f"uploads per-class soft labels {_PER_CLASS}",
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
+            options_check="fedapp.methods.fedd2p:check_fedd2p_options",
         ),
         MethodSpec(
             "fedd2p-agg",
@@ -283,11 +299,32 @@ CATALOG: dict[str, MethodSpec] = {
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
             variant_of="fedd2p",
+            options_check="fedapp.methods.fedd2p:check_fedd2p_options",
         ),
     )
 }
 
 METHODS: tuple[str, ...] = tuple(CATALOG)
+
+
+def _hook(path: str) -> Callable[..., Any]:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def check_method_options(method: str, values: Mapping[str, Any]) -> None:
+    """Run ``method``'s own option checks (:attr:`MethodSpec.options_check`) on the run
+    configuration's ``values``; its module is imported only then (FedD2P's needs torch)."""
+    check = CATALOG[method].options_check
+    if check:
+        _hook(check)(values)
+
+
+def text_prompt_lengths(method: str, values: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
+    """The text prompts a ``method`` client reads besides ``prompt-length``'s, as ``(what, length
+    per client)`` (:attr:`MethodSpec.text_prompt_lengths`; none for most methods)."""
+    hook = CATALOG[method].text_prompt_lengths
+    return _hook(hook)(values) if hook else []
 
 
 def methods_where(**facts: object) -> tuple[str, ...]:

@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fedapp.catalog import CATALOG
 from fedapp.errors import ConfigError
 
-if TYPE_CHECKING:  # the config rules import this module, so it must not import fedapp.config
-    from fedapp.config import RunConfig
+
+class RunSettings(Protocol):
+    """The run settings the requirements depend on (a :class:`fedapp.config.RunConfig` has them;
+    the config rules import this module, so it names the values, not that type)."""
+
+    method: str
+    dataset: str
+    partition: str
+    clients_per_domain: int
+    tracker: str
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ def require(requirement: Requirement, needed_by: str) -> None:
         )
 
 
-def source_requirements(config: RunConfig, partitioned: bool = True) -> list[tuple[Requirement, str]]:
+def source_requirements(config: RunSettings, partitioned: bool = True) -> list[tuple[Requirement, str]]:
     """What loading the configured source needs and, when ``partitioned``, splitting it among
     the clients (a node on its own ``data-dir`` uses all of it: an ImageFolder needs only pillow)."""
     needs: list[tuple[Requirement, str]] = []
@@ -90,7 +98,7 @@ def source_requirements(config: RunConfig, partitioned: bool = True) -> list[tup
     return needs
 
 
-def client_requirements(config: RunConfig, own_data_dir: bool) -> list[tuple[Requirement, str]]:
+def client_requirements(config: RunSettings, own_data_dir: bool) -> list[tuple[Requirement, str]]:
     """What a client of ``config.method`` needs beyond the base install.
 
     ``own_data_dir``: the node reads its own files (node config ``data-dir``) rather than
@@ -108,7 +116,7 @@ def clip_client_requirements(method: str) -> list[tuple[Requirement, str]]:
     return [(OPEN_CLIP, f"method {method!r} (a {kind} client)")]
 
 
-def server_requirements(config: RunConfig) -> list[tuple[Requirement, str]]:
+def server_requirements(config: RunSettings) -> list[tuple[Requirement, str]]:
     """What the ServerApp of ``config`` needs: the source (it checks and partitions the data
     before round 1), plots, a server-side CLIP and the tracker."""
     needs = [*source_requirements(config), (MATPLOTLIB, "the run's plots")]
@@ -126,11 +134,11 @@ def require_all(needs: list[tuple[Requirement, str]]) -> None:
         require(requirement, needed_by)
 
 
-def check_server_extras(config: RunConfig) -> None:
+def check_server_extras(config: RunSettings) -> None:
     """Refuse a ServerApp start that would fail later for want of an extra (:func:`server_requirements`)."""
     require_all(server_requirements(config))
 
 
-def check_client_extras(config: RunConfig, own_data_dir: bool) -> None:
+def check_client_extras(config: RunSettings, own_data_dir: bool) -> None:
     """Refuse to build a client that would fail for want of an extra (:func:`client_requirements`)."""
     require_all(client_requirements(config, own_data_dir))

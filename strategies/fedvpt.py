@@ -15,4 +15,4 @@ class FedVPTStrategy(SharedModuleStrategy):
     has_global_model = True
 
     def build_shared_module(self) -> nn.Module:
-        return build_visual_prompts(self.config, self.num_classes)
+        return build_visual_prompts(self.config.values, self.num_classes)

@@ -25,7 +25,7 @@ class PEPFedPTStrategy(FedAppStrategy):
     has_global_model = True
 
     def initial_arrays(self) -> Arrays:
-        learner = build_visual_prompts(self.config, self.num_classes)
+        learner = build_visual_prompts(self.config.values, self.num_classes)
         prototype_width = len(learner.class_layers) * learner.shape.width
         return [
             *get_arrays(learner),
@@ -36,7 +36,7 @@ class PEPFedPTStrategy(FedAppStrategy):
     def global_array_names(self) -> list[str]:
         # Building draws initial weights: naming them must not move the run's random streams.
         with torch.random.fork_rng(devices=[]):
-            learner = build_visual_prompts(self.config, self.num_classes)
+            learner = build_visual_prompts(self.config.values, self.num_classes)
         return [*learner.state_dict(), "class_prototypes", "class_present"]
 
     def expected_update(self) -> Arrays:

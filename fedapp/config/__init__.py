@@ -11,12 +11,13 @@ The package's parts, each importing only those listed before it:
 
 * :mod:`~fedapp.config.schema`: ``Key``, ``setting``, ``Settings``, ``SCHEMA``, the
   value sets (datasets, partitions ...), ``defaults`` and ``NOT_SETTINGS``;
+* :mod:`~fedapp.config.validated`: the type ``RunConfig`` and ``settings_digest``;
 * :mod:`~fedapp.config.derived`: values computed from a configuration (models per
   client, held-out partitions, a partition's domain, the local split);
 * :mod:`~fedapp.config.aggregation_rules` and :mod:`~fedapp.config.rules`: the
   cross-key rules;
-* :mod:`~fedapp.config.run_config`: ``RunConfig``, presets, ``resolve_run_config``,
-  ``validate`` and the settings digests;
+* :mod:`~fedapp.config.run_config`: presets, ``resolve_run_config``, ``validate`` and
+  the digests that compare settings;
 * :mod:`~fedapp.config.reference`: the Markdown reference in docs/configuration.md
   (``python -m fedapp.config.reference``; not imported here).
 
@@ -35,12 +36,10 @@ from fedapp.config.derived import (
     parse_local_split,
 )
 from fedapp.config.run_config import (
-    RunConfig,
     find_preset,
     load_preset,
     resolve_run_config,
     same_setting_key,
-    settings_digest,
     validate,
     with_defaults,
 )
@@ -61,6 +60,7 @@ from fedapp.config.schema import (
     defaults,
     setting,
 )
+from fedapp.config.validated import RunConfig, settings_digest
 
 __all__ = [
     "ADAPTER_KINDS",

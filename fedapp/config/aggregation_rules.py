@@ -16,7 +16,7 @@ from fedapp.catalog import CATALOG, methods_where
 from fedapp.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fedapp.config.run_config import RunConfig
+    from fedapp.config.validated import RunConfig
 
 # The masks of SecAgg+ are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
 MODULUS_RANGE = 2**32

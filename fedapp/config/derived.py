@@ -18,7 +18,7 @@ import numpy as np
 from fedapp.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fedapp.config.run_config import RunConfig
+    from fedapp.config.validated import RunConfig
 
 
 def client_model_names(config: RunConfig) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedapp.catalog import CATALOG, methods_where
+from fedapp.catalog import CATALOG, check_method_options, methods_where, text_prompt_lengths
 from fedapp.config.aggregation_rules import UPLOAD_RULES
 from fedapp.config.derived import client_clip_model_names, client_model_names, held_out_partitions, parse_local_split
 from fedapp.config.schema import DATASET_CLASSES, did_you_mean
@@ -23,7 +23,7 @@ from fedapp.errors import ConfigError
 from fedapp.extras import clip_client_requirements, require_all
 
 if TYPE_CHECKING:
-    from fedapp.config.run_config import RunConfig
+    from fedapp.config.validated import RunConfig
 
 
 def _check_classes_per_client(config: RunConfig) -> None:
@@ -82,16 +82,7 @@ def _check_base_to_novel(config: RunConfig) -> None:
 
 
 def _check_vision_tower(config: RunConfig) -> None:
-    if CATALOG[config.method].backbone == "cnn+server-clip":
-        template = config.d2p_template
-        from fedapp.methods.fedd2p import TEMPLATES  # noqa: PLC0415 - torch only when needed
-
-        if template and template not in TEMPLATES and "{c}" not in template:
-            raise ConfigError(
-                f"config key 'd2p-template' = {template!r} is neither one of {', '.join(TEMPLATES)} "
-                "nor a template containing {c}"
-            )
-        return  # its backbone is the server's alone: checked there, so edge clients never import open_clip
+    # (a cnn+server-clip backbone is the server's alone: checked there, so edge clients never import open_clip)
     if CATALOG[config.method].backbone != "clip-vision":
         return
     if config.client_clip_models.strip():
@@ -104,19 +95,14 @@ def _check_vision_tower(config: RunConfig) -> None:
     from fedapp.models.vpt import vision_tower_shape  # noqa: PLC0415 - open_clip only when needed
 
     try:
-        shape = vision_tower_shape(config.clip_model)
+        vision_tower_shape(config.clip_model)
     except ModelError as err:
         raise ConfigError(f"config key 'clip-model' = {config.clip_model!r}: {err}") from err
-    if config.method == "pep-fedpt":
-        from fedapp.methods.visual_prompts import parse_class_layers  # noqa: PLC0415
 
-        layers = parse_class_layers(config.class_prompt_layers)
-        bad = [layer for layer in layers if not 2 <= layer <= shape.layers]
-        if bad:
-            raise ConfigError(
-                f"config key 'class-prompt-layers' = {config.class_prompt_layers!r}: layers {bad} are outside "
-                f"2..{shape.layers} (the blocks of {config.clip_model}; layer 1 has no image-dependent CLS to mix on)"
-            )
+
+def _check_method_options(config: RunConfig) -> None:
+    """The method's own keys, by the parsers that live with it (:func:`fedapp.catalog.check_method_options`)."""
+    check_method_options(config.method, config.values)
 
 
 def _check_held_out(config: RunConfig) -> None:
@@ -207,18 +193,7 @@ def _check_local_prompt_lengths(config: RunConfig) -> None:
     lengths: list[tuple[str, list[int]]] = [
         (f"config key 'prompt-length' = {config.prompt_length!r}", [config.prompt_length])
     ]
-    if config.method == "sdfed":
-        from fedapp.methods.local_prompt_lengths import parse_local_lengths  # noqa: PLC0415
-
-        drawn = parse_local_lengths(config.local_prompt_lengths, config.num_partitions, config.seed)
-        what = f"config key 'local-prompt-lengths' = {config.local_prompt_lengths!r}"
-        if config.sdfed_combination == "sequence":  # one sequence holds both prompts
-            drawn = [config.prompt_length + length for length in drawn]
-            what = (
-                f"config keys 'prompt-length' = {config.prompt_length!r} and {what[len('config key ') :]} "
-                "with sdfed-combination = 'sequence'"
-            )
-        lengths.append((what, drawn))
+    lengths += text_prompt_lengths(config.method, config.values)  # e.g. SDFed's local prompts
     models = client_clip_model_names(config)
     try:
         rooms = {model: text_context_length(model) - 3 for model in set(models)}
@@ -275,6 +250,7 @@ CROSS_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _check_held_out,
     _check_base_to_novel,
     _check_vision_tower,
+    _check_method_options,
     *UPLOAD_RULES,
 )
 """Every cross-key rule, in the order :func:`fedapp.config.validate` runs them."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from flwr.common import FitRes, Scalar
 from flwr.server.client_proxy import ClientProxy
@@ -23,9 +23,6 @@ from fedapp.errors import client_error_message
 from fedapp.flower.recording import RoundLog, num_params
 from fedapp.metrics import payload_bytes
 from fedapp.params import decode_parameters
-
-if TYPE_CHECKING:  # annotations only: the strategy composes this module
-    from fedapp.flower.strategy import FedAppStrategy
 
 #: What Flower's error reply says when a client's message outlived its TTL (the round timeout).
 TIMEOUT_HINT = "expired"
@@ -53,13 +50,27 @@ def reply_order(update: ClientUpdate) -> tuple[int, str]:
     return int(update.metrics.get("partition_id", -1)), update.cid
 
 
+class ReplyJudge(Protocol):
+    """What an :class:`AggregateReplies` asks of the strategy whose replies it stands in for (a
+    :class:`~fedapp.flower.strategy.FedAppStrategy`, which composes this module and so is not
+    named here)."""
+
+    def expected_update(self) -> Arrays | None: ...
+
+    def leave_out(
+        self, server_round: int, round_log: RoundLog, proxy: ClientProxy, metrics: dict[str, Scalar], problem: str
+    ) -> None: ...
+
+    def accept(self, round_log: RoundLog, update: ClientUpdate, params: int) -> ClientUpdate: ...
+
+
 class AggregateReplies(Protocol):
     """What stands in for per-reply validation when every fit reply carries the round's
     aggregate instead of one client's arrays (SecAgg+: :class:`fedapp.flower.secure_aggregation.SecAggReplies`)."""
 
     def updates(
         self,
-        strategy: FedAppStrategy,
+        strategy: ReplyJudge,
         server_round: int,
         results: FitReplies,
         round_log: RoundLog,

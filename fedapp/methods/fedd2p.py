@@ -20,8 +20,8 @@ This module imports no open_clip: a client that imports it stays light.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -46,6 +46,19 @@ TEMPLATES = {
 }
 
 DATASET_TEMPLATES = {"digits": "digit"}
+
+
+def check_fedd2p_options(values: Mapping[str, Any]) -> None:
+    """FedD2P's own key, from a run configuration's values (the method catalog runs this):
+    ``d2p-template`` is one of :data:`TEMPLATES` or a template containing ``{c}``."""
+    template = values["d2p-template"]
+    if template and template not in TEMPLATES and "{c}" not in template:
+        raise ConfigError(
+            f"config key 'd2p-template' = {template!r} is neither one of {', '.join(TEMPLATES)} "
+            "nor a template containing {c}"
+        )
+
+
 GENERATORS = ("attention", "mlp")
 
 

@@ -13,13 +13,11 @@ pep-fedpt     layer 1 (P_S)              ``class-prompt-layers``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any
 
 from fedapp.errors import ConfigError
 from fedapp.models.vpt import VisionTowerShape, VisualPrompts, vision_tower_shape
-
-if TYPE_CHECKING:
-    from fedapp.config import RunConfig
 
 
 def prompt_layers(method: str, shape: VisionTowerShape) -> tuple[int, ...]:
@@ -31,21 +29,36 @@ def prompt_layers(method: str, shape: VisionTowerShape) -> tuple[int, ...]:
     return (1,)
 
 
-def build_visual_prompts(config: RunConfig, num_classes: int) -> VisualPrompts:
-    """The trainable prompts and head of ``config``'s method, initialised from its seed
-    (server and clients build identical ones without loading the backbone)."""
-    method = config.method
-    shape = vision_tower_shape(config.clip_model)
-    class_layers = parse_class_layers(config.class_prompt_layers) if method == "pep-fedpt" else ()
+def build_visual_prompts(values: Mapping[str, Any], num_classes: int) -> VisualPrompts:
+    """The trainable prompts and head of a run's method, from the run configuration's ``values``
+    (by config name: ``method``, ``clip-model``, ``prompt-length``, ``seed`` and PEP-FedPT's
+    ``class-prompt-layers`` and ``class-prompt-length``), initialised from its seed (server
+    and clients build identical ones without loading the backbone)."""
+    method = values["method"]
+    shape = vision_tower_shape(values["clip-model"])
+    class_layers = parse_class_layers(values["class-prompt-layers"]) if method == "pep-fedpt" else ()
     return VisualPrompts(
         shape,
         num_classes,
         prompt_layers=prompt_layers(method, shape),
-        prompt_length=config.prompt_length,
+        prompt_length=values["prompt-length"],
         class_layers=class_layers,
-        class_length=config.class_prompt_length if class_layers else 0,
-        seed=config.seed,
+        class_length=values["class-prompt-length"] if class_layers else 0,
+        seed=values["seed"],
     )
+
+
+def check_pep_fedpt_options(values: Mapping[str, Any]) -> None:
+    """PEP-FedPT's own key, from a run configuration's values (the method catalog runs this, after
+    the configuration's check of the tower): ``class-prompt-layers`` names blocks 2.. of the tower."""
+    layers = parse_class_layers(values["class-prompt-layers"])
+    shape = vision_tower_shape(values["clip-model"])
+    bad = [layer for layer in layers if not 2 <= layer <= shape.layers]
+    if bad:
+        raise ConfigError(
+            f"config key 'class-prompt-layers' = {values['class-prompt-layers']!r}: layers {bad} are outside "
+            f"2..{shape.layers} (the blocks of {values['clip-model']}; layer 1 has no image-dependent CLS to mix on)"
+        )
 
 
 def parse_class_layers(text: str) -> tuple[int, ...]:

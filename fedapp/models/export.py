@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -36,8 +36,20 @@ from torch import Tensor, nn
 
 from fedapp.errors import ModelError
 
-if TYPE_CHECKING:
-    from fedapp.config import RunConfig
+
+class ExportSettings(Protocol):
+    """The run settings export reads (a :class:`fedapp.config.RunConfig` has them)."""
+
+    export_models: bool
+    results_dir: str
+    state_dir: str
+
+    @property
+    def resolved_run_name(self) -> str: ...
+
+    @property
+    def values(self) -> dict[str, Any]: ...
+
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -227,7 +239,7 @@ def global_model_tensors(
 class GlobalModelSource(Protocol):
     """What :func:`export_global_model` reads from a server strategy."""
 
-    config: RunConfig
+    config: ExportSettings
     class_names: tuple[str, ...]
 
     @property
@@ -266,7 +278,7 @@ def export_global_model(
         return None
 
 
-def client_model_path(config: RunConfig, partition_id: int, *, supernode: bool) -> Path | None:
+def client_model_path(config: ExportSettings, partition_id: int, *, supernode: bool) -> Path | None:
     """Where a client writes its exported model, or None where it writes none.
 
     In a simulation (or a script that builds clients itself) the client writes into the

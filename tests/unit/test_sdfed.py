@@ -194,7 +194,7 @@ def test_local_lengths_stay_importable_from_sdfed_and_need_no_torch() -> None:
     tree = ast.parse(Path(local_prompt_lengths.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported == {"__future__", "re", "numpy", "fedapp.errors"}
+    assert imported == {"__future__", "collections.abc", "re", "typing", "numpy", "fedapp.errors"}
 
 
 def test_round_classifier_refuses_a_local_prompt_that_is_not_finite(

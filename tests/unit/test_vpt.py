@@ -196,7 +196,7 @@ def test_pep_fedpt_client_uploads_global_arrays_and_class_statistics_only():
     mapping: dict = {}
     client = make_client(PEPFedPTClient, config, 1, MemoryStateStore(mapping))
     arrays, n, metrics = client.fit(start, {"server-round": 1})
-    learner_shapes = [a.shape for a in get_arrays(build_visual_prompts(config, CLASSES))]
+    learner_shapes = [a.shape for a in get_arrays(build_visual_prompts(config.values, CLASSES))]
     assert [a.shape for a in arrays] == [*learner_shapes, (CLASSES, 3 * WIDTH), (CLASSES,)]
     assert arrays[-1].dtype == np.int64 and arrays[-1].tolist() == client.data.label_counts().tolist()
     held = arrays[-1] > 0
@@ -389,7 +389,7 @@ def test_the_prompt_learning_rate_scale_moves_the_prompts_and_leaves_the_heads_s
     """prompt-lr-scale (issue 41): the prompts train at lr times it, the head at lr. With momentum 0
     and one step, the prompt's update is exactly proportional to the scale, the head's unchanged."""
     start = FedVPTStrategy(setup("fedvpt"), CLASSES).initial_arrays()
-    names = list(build_visual_prompts(setup("fedvpt"), CLASSES).state_dict())
+    names = list(build_visual_prompts(setup("fedvpt").values, CLASSES).state_dict())
     head = [i for i, name in enumerate(names) if name.startswith("head.")]
     prompts = [i for i in range(len(names)) if i not in head and start[i].size]
     moved = {}
