@@ -67,8 +67,14 @@ def random_order_line(config: pytest.Config) -> str | None:
     return f"random order: --randomly-seed={seed} replays it"
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
-    return random_order_line(config)
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The seed before the first test, in every verbosity (``-q`` hides the header), so that a run
+    that dies (a crashed interpreter prints no summary) can still be replayed."""
+    line = random_order_line(session.config)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        reporter.write_line(line)
 
 
 @pytest.hookimpl(trylast=True)
@@ -140,6 +146,17 @@ def _ray_leaves_visible_devices_alone() -> Iterator[None]:
         yield
 
 
+def _restore_environ(saved: dict[str, str]) -> None:
+    """Put back only the variables a test changed: every ``setenv``/``unsetenv`` may move the C
+    environment under threads that read it (Ray's, gRPC's in this process), so none is redone
+    needlessly."""
+    for name in [name for name in os.environ if name not in saved]:
+        del os.environ[name]
+    for name, value in saved.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
 @pytest.fixture(autouse=True)
 def _process_state_as_found() -> Iterator[None]:
     """What a test may change in this process, given back as the test found it, so that no test
@@ -158,9 +175,7 @@ def _process_state_as_found() -> Iterator[None]:
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch is not None else None
     yield
-    if os.environ != environ:
-        os.environ.clear()
-        os.environ.update(environ)
+    _restore_environ(environ)
     sys.path[:] = path
     if os.getcwd() != cwd:
         os.chdir(cwd)
