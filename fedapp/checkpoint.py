@@ -135,7 +135,8 @@ def load_checkpoint(path: str | os.PathLike) -> ServerCheckpoint:
     if not path.exists():
         raise StateError(f"no checkpoint at {path}: nothing to resume (was the run started with these settings?)")
     try:
-        with np.load(path, allow_pickle=False) as data:
+        # Our own handle, closed however np.load fails (on a truncated archive it left its own open).
+        with path.open("rb") as handle, np.load(handle, allow_pickle=False) as data:
             stored = {name: data[name] for name in data.files}
         meta = json.loads(bytes(stored.pop("meta")).decode())
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as err:

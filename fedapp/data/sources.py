@@ -287,4 +287,7 @@ def _hf_image_to_array(item: Any, image_size: int) -> np.ndarray:
     if not isinstance(item, Image.Image):
         # Some datasets store raw pixel arrays instead of an Image feature.
         item = Image.fromarray(np.asarray(item, dtype=np.uint8))
-    return pil_to_rgb_array(item, image_size)
+    try:
+        return pil_to_rgb_array(item, image_size)
+    finally:
+        item.close()  # the table decodes a new image per access; a lazily read file (a GIF) stays open otherwise
