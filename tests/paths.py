@@ -1,6 +1,7 @@
 """Where things are: the repository root, whichever tier a test lives in, and the benchmark scripts."""
 
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -17,3 +18,10 @@ def load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up while the script is executing
     spec.loader.exec_module(module)
     return module
+
+
+def takes_ctrl_c() -> None:
+    """``preexec_fn`` of a process a test interrupts with SIGINT: Ctrl-C's default action in the
+    child even when this run ignores SIGINT (a shell starts a background job so, and children
+    inherit it), as in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

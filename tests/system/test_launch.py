@@ -25,7 +25,7 @@ from fedapp.launch import run, stop_processes, superlink_pids
 from fedapp.launch.processes import home_pids
 from fedapp.metrics import read_metrics
 from fedapp.models import MODEL_NAMES
-from tests.paths import ROOT
+from tests.paths import ROOT, takes_ctrl_c
 
 
 class _HealthyHandler(http.server.BaseHTTPRequestHandler):
@@ -100,6 +100,7 @@ def running_launcher(tmp_path: Path, stderr=subprocess.DEVNULL) -> Iterator[tupl
         stdout=subprocess.DEVNULL,
         stderr=stderr,
         text=True,
+        preexec_fn=takes_ctrl_c,  # noqa: PLW1509 - one signal disposition, set before exec
     )
     try:
         deadline = time.monotonic() + 120

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fedapp.launch import stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
-from tests.paths import ROOT
+from tests.paths import ROOT, takes_ctrl_c
 from tests.system.federation import wait_for
 
 README_COMMAND = re.compile(r"^python -m fedapp\.sweep --results-dir results/sweep-demo .*$", re.MULTILINE)
@@ -37,7 +37,13 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     assert first.endswith("-s0") and second.endswith("-s1") and first[:-3] == second[:-3]
 
     sweep = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=takes_ctrl_c,  # noqa: PLW1509 - one signal disposition, set before exec
     )
     try:
         # Stop it once the first run is done and the second has checkpointed a round.
