@@ -19,10 +19,13 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # Several workers share the cores: one compute thread each (and in the processes they start),
-    # set before torch is first imported, so that they do not oversubscribe the CPUs.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+# One compute thread in this process and in every process it starts (SuperLinks, SuperNodes and
+# their ClientApps, ServerApps, Ray workers, which already get one), set before torch is first
+# imported. The suite's processes share the cores: two SuperNodes' ClientApps with a thread per
+# core each oversubscribe 2 CPUs and spin on each other (the loopback deployment module took 320 s
+# with torch's default threads, 246 s with one). The models are tiny: one thread loses nothing.
+# A value in the environment is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 TIERS = ("unit", "integration", "system", "gpu")
 
 

@@ -1,14 +1,19 @@
 """Deployment on loopback: a real SuperLink, two SuperNodes and ``flwr run``.
 
-The tier's one loopback federation serves a run per method, all submitted
-before the first test looks at one, as a long-lived deployment serves several
-users' runs. They run on Flower's Message API (``api = message``). A SuperNode works
-on one message at a time, so every run here adds to the tier's time: that every
-method gives the same metrics on both APIs is checked in simulation
-(``tests/integration/test_message_api_runs.py``), the legacy API over real processes
-by ``test_netns.py`` (the four families across separate hosts with TLS) and
-``test_lean_supernode.py`` (pFedLoRA and FedD2P on lean SuperNodes; the other CNN
-baselines' clients from the lean install).
+The tier's one loopback federation serves FedAvg's run and one of each family's methods,
+all submitted before the first test looks at one, as a long-lived deployment serves
+several users' runs. They run on Flower's Message API (``api = message``), two rounds
+each: what a second round adds over real processes (the aggregate sent back, a node's
+state kept between messages, each message in a ClientApp process of its own) is checked
+for FedAvg's client and the four families'. A SuperNode works on one message at a time,
+so every run here adds to the tier's time. The baselines' clients are their family's
+client classes (``clients/text_prompt.py``, ``clients/visual_prompt.py``,
+``clients/per_class.py``, ``clients/mutual.py``) with another exchange: that every
+method gives the same records on both APIs is checked on an in-process grid and, one
+method per family, in Ray simulations (``tests/integration/test_message_api_runs.py``);
+the legacy API over real processes by ``test_netns.py`` (SDFed and PEP-FedPT across
+separate hosts with TLS) and ``test_lean_supernode.py`` (pFedLoRA and FedD2P on lean
+SuperNodes; every CNN edge client from the lean install).
 """
 
 from __future__ import annotations
@@ -20,31 +25,17 @@ from tests.system.federation import run_metrics
 VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
 D2P = 'client-models="vgg-2,vgg-3" d2p-steps=5 shots-per-class=8'
 
-# Every method whose client is its own: a variant (FedVPT-D, FedD2P's two) runs its parent's
-# client unchanged, and its server-side difference is checked in simulation.
+# FedAvg, and the method of each family (FedD2P's two variants and FedVPT-D run their parent's
+# client unchanged; their server-side difference is checked in simulation).
 CASES = {
     "fedavg": 'model="cnn-5"',
-    "coop-local": "shots-per-class=8",
-    "promptfl": "shots-per-class=8",
-    "head-fedavg": VIT,
-    "local-vpt": VIT,
-    "fedvpt": VIT,
     # One of the two SuperNodes is held out: it answers for its partition, never trains, and is evaluated.
     "pep-fedpt": f"{VIT} held-out-fraction=0.5 min-clients=1",
     "fedd2p": D2P,
     "pfedlora": 'client-models="cnn-1,cnn-2" shots-per-class=8',
     "sdfed": 'shots-per-class=8 local-prompt-lengths="4,16"',
 }
-
-
-# The baselines' clients run one round: what a second round adds over real processes (the
-# aggregate sent back, a node's state kept between messages) is the same code for every client,
-# checked here by FedAvg and the four families' methods.
-ONE_ROUND = ("coop-local", "promptfl", "head-fedavg", "local-vpt", "fedvpt")
-
-
-def rounds_of(method: str) -> int:
-    return 1 if method in ONE_ROUND else 2
+ROUNDS = 2
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +45,7 @@ def runs(loopback):
     common = f'num-partitions=2 seed=5 results-dir="{results}"'
     return {
         method: loopback.submit(
-            f'method="{method}" api="message" num-rounds={rounds_of(method)} {common} {extra} run-name="{method}"'
+            f'method="{method}" api="message" num-rounds={ROUNDS} {common} {extra} run-name="{method}"'
         )
         for method, extra in CASES.items()
     }
@@ -72,7 +63,7 @@ def submitted_paths_run(loopback):
 @pytest.mark.parametrize("method", CASES)
 def test_a_run_over_loopback(loopback, runs, method):
     rows = run_metrics(loopback.root / "results", method, runs[method].result(), loopback.processes)
-    assert [r["round"] for r in rows] == list(range(1, rounds_of(method) + 1))
+    assert [r["round"] for r in rows] == list(range(1, ROUNDS + 1))
     if method == "pep-fedpt":
         assert all(r["clients_fit"] == 1 and r["clients_evaluated"] == 1 and r["held_out_clients"] == 1 for r in rows)
         return

@@ -20,9 +20,11 @@ from tests.system.netns import LINK_ADDRESS, SUBNET, node_config
 
 VIT = 'clip-model="fedapp-tiny-vit" prompt-length=2 shots-per-class=8'
 
-CASES = {  # family B (pFedLoRA) runs in test_docs_deployment.py, with the docs' own commands
+# The two CLIP families across hosts; family B (pFedLoRA) runs here in test_docs_deployment.py, with the
+# docs' own commands. FedD2P's edge client runs over real SuperNodes in test_lean_supernode.py (legacy API)
+# and test_deployment.py (Message API): TLS and node authentication are the transport's, whatever the method.
+CASES = {
     "sdfed": 'shots-per-class=8 local-prompt-lengths="4,16"',  # family A
-    "fedd2p": 'client-models="vgg-2,vgg-3" d2p-steps=5 shots-per-class=8',  # family C
     "pep-fedpt": VIT,  # family D
 }
 RESTART = 'method="standalone" num-rounds=1 num-partitions=2 state="disk" run-name="restart" results-dir="{}"'

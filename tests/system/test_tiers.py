@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -16,7 +17,8 @@ from tests.paths import ROOT
 TIER_COMMAND = re.compile(r"^python -m pytest -q (tests/(unit|integration|system))$", re.MULTILINE)
 
 
-def collected(*args: str) -> set[str]:
+@functools.cache  # the suite does not change during the run: each selection is collected once
+def collected(*args: str) -> frozenset[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
@@ -26,7 +28,7 @@ def collected(*args: str) -> set[str]:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {line for line in done.stdout.splitlines() if "::" in line}
+    return frozenset(line for line in done.stdout.splitlines() if "::" in line)
 
 
 def test_the_readmes_tier_commands_split_the_suite_by_folder():
