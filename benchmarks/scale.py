@@ -21,7 +21,7 @@ cross-device table of docs/scale.md keeps 100 a round out of 1,000 to 10,000::
     python benchmarks/scale.py --data /data/cifar10-train.tar.gz
     python benchmarks/scale.py --data /data/cifar10-train.tar.gz --methods pfedlora --state disk \
         --settings 1000:0.1,5000:0.02,10000:0.01
-    python benchmarks/scale.py --smoke          # 20 clients on digits (CI); no timing is asserted
+    python benchmarks/scale.py --smoke          # 8 clients on digits (CI); no timing is asserted
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ METHODS: dict[str, dict[str, Any]] = {
     # Each client keeps its own variable-length local prompt; the global prompt travels.
     "sdfed": {"shots-per-class": 16},
 }
-SMOKE_SETTINGS = "20:0.25"
+SMOKE_SETTINGS = "8:0.25"
 
 
 @dataclass(frozen=True)

@@ -11,27 +11,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedapp.aggregation import Arrays
-from fedapp.config import RunConfig, held_out_partitions
 
 # RDP orders of the accountant: integers, for which the sampled Gaussian's RDP has a closed form.
 RDP_ORDERS = (*range(2, 257), 320, 384, 448, 512, 768, 1024)
 
 
-def training_clients(config: RunConfig) -> int:
-    """The clients that may be sampled to train: all partitions but the held-out ones."""
-    return config.num_partitions - len(held_out_partitions(config))
+def sampled_per_round(training_clients: int, min_clients: int, fraction_fit: float) -> int:
+    """How many of the ``training_clients`` (every partition but the held-out ones) the strategy
+    samples to train each round (:meth:`fedapp.flower.sampling.ClientSampler.sample`)."""
+    return min(training_clients, max(min_clients, math.ceil(fraction_fit * training_clients)))
 
 
-def sampled_per_round(config: RunConfig) -> int:
-    """How many clients the strategy samples to train each round
-    (:meth:`fedapp.flower.sampling.ClientSampler.sample`)."""
-    total = training_clients(config)
-    return min(total, max(config.min_clients, math.ceil(config.fraction_fit * total)))
-
-
-def sampling_rate(config: RunConfig) -> float:
+def sampling_rate(training_clients: int, min_clients: int, fraction_fit: float) -> float:
     """q of the accountant: the share of the training clients sampled each round."""
-    return sampled_per_round(config) / training_clients(config)
+    return sampled_per_round(training_clients, min_clients, fraction_fit) / training_clients
 
 
 def rdp_sampled_gaussian(q: float, sigma: float, orders: Sequence[int] = RDP_ORDERS) -> np.ndarray:

@@ -1,18 +1,29 @@
-"""Secure aggregation (SecAgg+), Flower-free: the config rules, the workflow's options and
+"""Secure aggregation (SecAgg+), Flower-free: the workflow's options and
 the error bound of its quantization. :mod:`fedapp.flower.secure_aggregation` runs it
 through Flower's ``secaggplus_mod`` and ``SecAggPlusWorkflow``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from fedapp.config import MODULUS_RANGE, RunConfig
+from fedapp.config import MODULUS_RANGE
 
 # The masks are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
 
 
-def secagg_workflow_options(config: RunConfig) -> dict[str, Any]:
+class SecAggSettings(Protocol):
+    """The run settings SecAgg+'s workflow takes (a :class:`fedapp.config.RunConfig` has them)."""
+
+    round_timeout: float
+    secagg_num_shares: float
+    secagg_reconstruction_threshold: float
+    secagg_max_weight: float
+    secagg_clipping_range: float
+    secagg_quantization_range: int
+
+
+def secagg_workflow_options(config: SecAggSettings) -> dict[str, Any]:
     """The keyword arguments of :class:`SecAggPlusWorkflow` for this run."""
     timeout = config.round_timeout
     return {

@@ -23,11 +23,8 @@ from fedapp.jsonfile import dumps_json
 
 log = logging.getLogger("flwr.fedapp")
 
-if TYPE_CHECKING:  # annotations only: matplotlib is imported when a figure is drawn, and fedapp.config
-    # sits above this package (through fedapp.methods), so importing it here would close a cycle
+if TYPE_CHECKING:  # annotations only: matplotlib is imported when a figure is drawn
     from matplotlib.figure import Figure
-
-    from fedapp.config import RunConfig
 
 PARTITION_FILE = "partition.json"
 PARTITION_FIGURE = "partition.png"
@@ -99,9 +96,10 @@ def split_counts(client: ClientSplits) -> dict[str, dict[str, Any]]:
 
 
 def partition_summary(
-    config: RunConfig, load_client: Callable[[int, int], ClientSplits], held_out: Collection[int] = ()
+    values: Mapping[str, Any], load_client: Callable[[int, int], ClientSplits], held_out: Collection[int] = ()
 ) -> dict[str, Any]:
-    """What ``partition.json`` holds: the partition's settings, the class names, the held-out
+    """What ``partition.json`` holds: the partition's settings (of the run configuration's
+    ``values``, by key: :meth:`fedapp.config.RunConfig.as_dict`), the class names, the held-out
     partitions (``held_out``: :func:`fedapp.config.held_out_partitions`), per split the samples
     over all clients, and per client (partition id, a string) its :func:`split_counts`.
 
@@ -110,15 +108,15 @@ def partition_summary(
     """
     clients: dict[str, dict[str, dict[str, Any]]] = {}
     class_names: list[str] = []
-    for partition_id in range(config.num_partitions):
-        client = load_client(partition_id, config.num_partitions)
+    num_partitions = int(values["num-partitions"])
+    for partition_id in range(num_partitions):
+        client = load_client(partition_id, num_partitions)
         class_names = class_names or [*client.class_names, *client.novel_class_names]
         clients[str(partition_id)] = split_counts(client)
     totals: dict[str, int] = {}
     for splits in clients.values():
         for split, counted in splits.items():
             totals[split] = totals.get(split, 0) + counted["samples"]
-    values = config.as_dict()
     return {
         "settings": {key: values[key] for key in PARTITION_KEYS if key in values},
         "class_names": class_names,
@@ -166,7 +164,7 @@ def partition_figure(summary: Mapping[str, Any], splits: Sequence[str] = FIGURE_
 
 def write_partition_report(
     directory: Path,
-    config: RunConfig,
+    values: Mapping[str, Any],
     load_client: Callable[[int, int], ClientSplits],
     held_out: Collection[int] = (),
 ) -> list[Path]:
@@ -177,9 +175,9 @@ def write_partition_report(
     on resume (:data:`fedapp.checkpoint.RESUMABLE_CHANGES`), so they would be rewritten
     identically, and a resume its checkpoint refuses must leave the folder as it was.
     """
-    if config.resume:
+    if values.get("resume"):
         return []
-    return write_partition_files(directory, partition_summary(config, load_client, held_out))
+    return write_partition_files(directory, partition_summary(values, load_client, held_out))
 
 
 def write_partition_files(directory: Path, summary: Mapping[str, Any]) -> list[Path]:

@@ -48,7 +48,7 @@ from flwr.server.strategy import (
 from flwr.supercore.differential_privacy import compute_stdv
 
 from fedapp.aggregation import Arrays
-from fedapp.config import RunConfig, check_dp_config
+from fedapp.config import RunConfig, check_dp_config, held_out_partitions
 from fedapp.dp import clip_update, epsilon, same_layout, sampled_per_round, sampling_rate, update_norm
 from fedapp.errors import ConfigError
 
@@ -56,6 +56,13 @@ log = logging.getLogger("flwr.fedapp")
 
 
 # ----- server side -----------------------------------------------------------------
+
+
+def client_sampling(config: RunConfig) -> tuple[int, int, float]:
+    """``(training clients, min-clients, fraction-fit)`` of a run, as :mod:`fedapp.dp` takes them:
+    every partition may be sampled to train but the held-out ones."""
+    training = config.num_partitions - len(held_out_partitions(config))
+    return training, config.min_clients, config.fraction_fit
 
 
 def _uniform(res: FitRes) -> FitRes:
@@ -80,10 +87,10 @@ class _FixedClippingMixin:
             strategy,
             config.dp_noise_multiplier,
             config.dp_clipping_norm,
-            sampled_per_round(config),
+            sampled_per_round(*client_sampling(config)),
         )
         self.delta = config.dp_delta
-        self.q = sampling_rate(config)
+        self.q = sampling_rate(*client_sampling(config))
         self.current_round_params = []
         recorder = strategy.recorder
         if recorder is not None:

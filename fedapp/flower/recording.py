@@ -352,7 +352,7 @@ def open_run_folder(config: RunConfig, domain_names: Sequence[str]) -> RunRecord
     summary = None
     if not config.resume:
         clients = functools.partial(load_client_data, config)
-        summary = partition_summary(config, clients, held_out_clients(config))
+        summary = partition_summary(config.as_dict(), clients, held_out_clients(config))
         check_test_splits(summary)
     recorder = open_recorder(config, domain_names)
     if summary is not None:

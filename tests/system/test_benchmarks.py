@@ -75,8 +75,8 @@ def test_scale_smoke_measures_rounds_and_the_memory_of_every_process(capsys):
     assert [r.method for r in runs] == list(scale.METHODS)
     assert [cells[0] for cells in printed] == list(scale.METHODS)
     for run in runs:
-        assert run.setting == scale.Setting(20, 0.25)
-        assert run.clients_fit == [5, 5]  # 25% of 20 sampled in each round
+        assert run.setting == scale.Setting(8, 0.25)
+        assert run.clients_fit == [2, 2]  # 25% of 8 sampled in each round
         assert len(run.round_seconds) == 2
         # The SuperLink, the simulation process and its Ray workers were found and measured.
         assert run.processes >= 4

@@ -11,9 +11,10 @@ client classes (``clients/text_prompt.py``, ``clients/visual_prompt.py``,
 ``clients/per_class.py``, ``clients/mutual.py``) with another exchange: that every
 method gives the same records on both APIs is checked on an in-process grid and, one
 method per family, in Ray simulations (``tests/integration/test_message_api_runs.py``);
-the legacy API over real processes by ``test_netns.py`` (SDFed and PEP-FedPT across
-separate hosts with TLS) and ``test_lean_supernode.py`` (pFedLoRA and FedD2P on lean
-SuperNodes; every CNN edge client from the lean install).
+the legacy API over real processes by ``test_docs_deployment.py`` (pFedLoRA across
+separate hosts with TLS, as docs/deployment.md writes it), ``test_lean_supernode.py``
+(FedD2P on lean SuperNodes; every CNN edge client from the lean install) and
+``test_netns.py`` (FedAvg and Standalone through a rejoin and a SuperLink restart).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ pFedLoRA and its baselines, FedD2P's edge client) on its own ImageFolder data.
   ``client_fn``, one client per message, each node's context kept between them) and its
   strategy here, with the full install, exchanging Flower's own instruction and reply
   objects over a pipe (``benchmarks/edge.py``'s worker): seconds per method.
-- Over real processes, lean SuperNodes against a full-install SuperLink: pFedLoRA and
-  FedD2P two rounds each, a CLIP method refused by the nodes in one line naming the
+- Over real processes, lean SuperNodes against a full-install SuperLink: FedD2P two
+  rounds, a CLIP method refused by the nodes in one line naming the
   extra, and personal state on disk surviving a SuperNode restart.
 
 The venv gets torch linked from this environment (a device installs its own torch build
@@ -46,8 +46,10 @@ EDGE_METHODS = (*(m for m in methods_where(backbone="cnn") if not CATALOG[m].var
 """Every client the lean profile serves: FedAvg/Standalone, pFedLoRA and its baselines, FedD2P's edge client
 (FedD2P's two variants run its client unchanged)."""
 
-OVER_SUPERNODES = ("pfedlora", "fedd2p")
-"""The edge methods also run over real lean SuperNodes: the paper's method and FedD2P's IoT client."""
+OVER_SUPERNODES = ("fedd2p",)
+"""The edge method that also runs over real lean SuperNodes: FedD2P's IoT client. (pFedLoRA's client runs
+from the lean install above, and over real SuperNodes of the full install in test_deployment.py and, as
+docs/deployment.md writes it, test_docs_deployment.py: a lean SuperNode adds no method's code to that.)"""
 
 NOT_IN_THE_LEAN_INSTALL = ("ray", "open_clip", "sklearn", "flwr_datasets", "datasets", "matplotlib", "pandas", "mlflow")
 

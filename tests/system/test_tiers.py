@@ -40,7 +40,7 @@ def test_the_readmes_tier_commands_split_the_suite_by_folder():
         tiers[tier] = collected(folder)
         assert tiers[tier], f"{folder} collects nothing"
         assert all(node.startswith(f"{folder}/") for node in tiers[tier])
-    assert set.union(*tiers.values()) == everything
+    assert frozenset().union(*tiers.values()) == everything
     assert sum(len(nodes) for nodes in tiers.values()) == len(everything)
 
 

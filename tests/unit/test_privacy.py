@@ -21,11 +21,11 @@ from flwr.server import SimpleClientManager
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.config import resolve_run_config
-from fedapp.dp import epsilon, rdp_sampled_gaussian, sampled_per_round, update_norm
+from fedapp.dp import epsilon, rdp_sampled_gaussian, sampled_per_round, sampling_rate, update_norm
 from fedapp.errors import ConfigError
 from fedapp.flower.client_mods import dp_clipping_mod
 from fedapp.flower.driver import PartitionProxy
-from fedapp.flower.privacy import ClientSideFixedClipping, ServerSideFixedClipping, wrap_for_privacy
+from fedapp.flower.privacy import ClientSideFixedClipping, ServerSideFixedClipping, client_sampling, wrap_for_privacy
 from strategies import FedAvgStrategy, LGFedAvgStrategy
 
 C = 1.0
@@ -254,9 +254,11 @@ def test_epsilon_falls_with_noise_and_grows_with_rounds():
 
 def test_sampling_rate_follows_the_strategys_sampler():
     config = dp_config(**{"num-partitions": 10, "fraction-fit": 0.25, "min-clients": 2})
-    assert sampled_per_round(config) == 3
+    assert client_sampling(config) == (10, 2, 0.25) and sampled_per_round(10, 2, 0.25) == 3
     config = dp_config(**{"num-partitions": 10, "fraction-fit": 0.1, "min-clients": 2, "held-out-fraction": 0.2})
-    assert sampled_per_round(config) == 2  # of the 8 that may train
+    assert client_sampling(config) == (8, 2, 0.1)  # the 8 that may train
+    assert sampled_per_round(8, 2, 0.1) == 2 and sampling_rate(8, 2, 0.1) == 0.25
+    assert sampled_per_round(3, 5, 0.5) == 3  # never more than there are
 
 
 # ----- configuration ---------------------------------------------------------------
