@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from flwr.app import Message, MessageType
+from flwr.app import Context, Message, MessageType, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.common import Error
 
 from fedapp.config import resolve_run_config
@@ -15,16 +16,39 @@ FIRST_NODE = 101
 
 class InProcessGrid:
     """A grid whose nodes are our clients in this process (node id ``101 + partition``);
-    ``fail`` maps a node to "error" (it answers with an error) or "silent" (no reply)."""
+    ``fail`` maps a node to "error" (it answers with an error) or "silent" (no reply).
 
-    def __init__(self, overrides: dict, fail: dict[int, str] | None = None) -> None:
-        partitions = range(resolve_run_config(overrides).num_partitions)
-        self.clients = {FIRST_NODE + p: client for p, client in build_numpy_clients(overrides, partitions).items()}
+    With ``client_app`` (ours, :func:`fedapp.client_app.make_client_app`) each node is that
+    ClientApp called with the node's own ``Context`` (its partition in the node config, its state
+    kept between messages), as a simulation's worker calls it: the ClientApp's mods, its
+    ``client_fn`` and the checks around the method's client answer every message.
+    """
+
+    def __init__(
+        self, overrides: dict, fail: dict[int, str] | None = None, client_app: ClientApp | None = None
+    ) -> None:
+        num_partitions = resolve_run_config(overrides).num_partitions
+        self.nodes = [FIRST_NODE + p for p in range(num_partitions)]
+        if client_app is None:
+            clients = build_numpy_clients(overrides, range(num_partitions))
+            self.clients = {FIRST_NODE + p: client for p, client in clients.items()}
+        else:
+            self.contexts = {
+                FIRST_NODE + p: Context(
+                    run_id=1,
+                    node_id=FIRST_NODE + p,
+                    node_config={"partition-id": p, "num-partitions": num_partitions},
+                    state=RecordDict(),
+                    run_config={},
+                )
+                for p in range(num_partitions)
+            }
+        self.client_app = client_app
         self.fail = fail or {}
         self.sent: list[Message] = []
 
     def get_node_ids(self):
-        return list(self.clients)
+        return list(self.nodes)
 
     def send_and_receive(self, messages, *, timeout=None):
         replies = []
@@ -37,7 +61,10 @@ class InProcessGrid:
             if failure == "error":
                 replies.append(Message(Error(code=0, reason=f"node {node} crashed"), reply_to=message))
                 continue
-            replies.append(answer(self.clients[node], message))
+            if self.client_app is None:
+                replies.append(answer(self.clients[node], message))
+            else:
+                replies.append(self.client_app(message, self.contexts[node]))
         return replies
 
 

@@ -1,8 +1,8 @@
 """Every method on Flower's Message API: the same run as on the legacy API, metric for metric.
 
 Every method runs with a held-out client (the sampler asks each node its partition with a
-``query`` message) on a grid in this process, against the legacy path's in-process driver:
-every figure of every round's record is the same. One method of each family runs in Ray
+``query`` message) on a grid in this process whose nodes are our ClientApp, against the legacy
+path's in-process driver: every figure of every round's record is the same. One method of each family runs in Ray
 simulations through our own ServerApp and ClientApp with ``api = legacy`` and ``api = message``
 (the ClientApp's message path is the same for every method but for the client it builds), and
 client-side DP runs on the Message API. (Loopback SuperNodes: tests/system/test_deployment.py.)
@@ -64,13 +64,15 @@ def assert_same_rounds(ours, theirs) -> None:
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_on_a_grid_of_our_clients_equals_its_legacy_run(method):
+def test_every_method_through_our_client_app_on_a_grid_equals_its_legacy_run(method):
     """Flower's ``Strategy.start`` over :class:`MessageStrategy`, message by message in this
-    process, for every method (a held-out client among the four): every figure of every round's
+    process, every node our ClientApp with a context of its own (as a simulation's worker calls
+    it), for every method (a held-out client among the four): every figure of every round's
     record, extras included (no client left out), and Flower's ``Result``."""
     overrides = {"method": method, **HELD_OUT, **METHOD_SETTINGS[method]}
     legacy = run_in_process(overrides).history
-    strategy, result = run_on_message_api(overrides)
+    grid = InProcessGrid({**overrides, "api": "message"}, client_app=make_client_app({**overrides, "api": "message"}))
+    strategy, result = run_on_message_api({**overrides, "api": "message"}, grid)
     assert_same_rounds(strategy.strategy.history, legacy)
     assert [r.extra["left_out_reasons"] for r in legacy] == [[], []]
     rounds = range(1, HELD_OUT["num-rounds"] + 1)
