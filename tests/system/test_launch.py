@@ -64,32 +64,6 @@ def test_a_temporary_flower_home_is_removed_even_when_the_run_fails(tmp_path, mo
     assert (given / "config.toml").exists()
 
 
-def test_flwr_run_completes_and_stops_its_superlink(tmp_path, capfd):
-    # Something already answers on Flower's default local SuperLink port (another
-    # user's or another launch's SuperLink): the launch must use its own.
-    try:
-        impostor = http.server.HTTPServer(("127.0.0.1", 39091), _HealthyHandler)
-    except OSError:
-        impostor = None  # the port is taken by a real one already: the same situation
-    if impostor is not None:
-        threading.Thread(target=impostor.serve_forever, daemon=True).start()
-    home = tmp_path / "home"
-    run_dir = run(
-        {"num-rounds": 2, "model": "cnn-5", "results-dir": str(tmp_path / "results"), "run-name": "launch"},
-        num_clients=3,
-        flwr_home=home,
-    )
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    assert [r["clients_fit"] for r in rows] == [3, 3]
-    assert superlink_pids(home.resolve()) == []
-    # Flower names a deprecated API the app uses in a "DEPRECATED FEATURE" warning in the run's log.
-    log = "".join(capfd.readouterr())
-    assert ROUND_LINE.search(log), log[-3000:]  # the streamed log was captured
-    assert "DEPRECATED" not in log, log[-3000:]
-    if impostor is not None:
-        impostor.shutdown()
-
-
 @contextlib.contextmanager
 def running_launcher(tmp_path: Path, stderr=subprocess.DEVNULL) -> Iterator[tuple[subprocess.Popen, Path]]:
     """A launcher of a long run, its SuperLink started, in its own Flower home; whatever the test
@@ -159,21 +133,40 @@ def launch(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedP
 ROUND_LINE = re.compile(r"\bround (\d+)/2 \| acc mean ")
 
 
-def test_the_launchers_log_in_a_pipe_is_plain_with_one_eta_line_per_round(tmp_path):
-    """What a user, a CI job or a log file gets from ``python -m fedapp.launch`` without a terminal:
-    no escape codes, one round line per round with its ETA, the run's done line naming the results
-    folder, and none of the lines that are false for a launched run or that repeat the metrics."""
-    results = tmp_path / "results"
+@pytest.fixture
+def impostor_superlink() -> Iterator[None]:
+    """Something already answers on Flower's default local SuperLink port (another user's or another
+    launch's SuperLink): a launch must use its own."""
+    try:
+        impostor = http.server.HTTPServer(("127.0.0.1", 39091), _HealthyHandler)
+    except OSError:  # the port is taken by a real one already: the same situation
+        yield
+        return
+    threading.Thread(target=impostor.serve_forever, daemon=True).start()
+    yield
+    impostor.shutdown()
+
+
+def test_a_launch_completes_stops_its_superlink_and_its_log_in_a_pipe_is_plain(tmp_path, impostor_superlink):
+    """What a user, a CI job or a log file gets from ``python -m fedapp.launch`` without a terminal,
+    with another SuperLink on Flower's default port: the run completes on its own SuperLink, which
+    is stopped at the end; no escape codes, one round line per round with its ETA, the run's done
+    line naming the results folder, and none of the lines that are false for a launched run or that
+    repeat the metrics; no Flower "DEPRECATED FEATURE" warning about an API the app uses."""
+    results, home = tmp_path / "results", (tmp_path / "home").resolve()
     run_config = f'num-rounds=2 num-partitions=2 model="cnn-5" shots-per-class=10 results-dir="{results}"'
-    proc = launch("--num-clients", "2", "--run-config", run_config, cwd=tmp_path, timeout=300)
+    proc = launch("--flwr-home", str(home), "--num-clients", "2", "--run-config", run_config, cwd=tmp_path, timeout=300)
     seen = proc.stdout + proc.stderr
     assert proc.returncode == 0, seen[-3000:]
+    assert superlink_pids(home) == []
+    assert "DEPRECATED" not in seen, seen[-3000:]
     assert "\x1b" not in seen
     rounds = [line for line in seen.splitlines() if ROUND_LINE.search(line)]
     assert [ROUND_LINE.search(line)[1] for line in rounds] == ["1", "2"], seen[-3000:]
     assert all(re.search(r"\| elapsed \S+ \| ETA \S+$", line) for line in rounds), rounds
     assert rounds[-1].endswith("| ETA 0s")
     (run_dir,) = results.iterdir()
+    assert [r["clients_fit"] for r in read_metrics(run_dir / "metrics.jsonl")] == [2, 2]
     done = [line for line in seen.splitlines() if "done: round 2/2 | final acc mean " in line]
     assert len(done) == 1 and done[0].endswith(f"| results in {run_dir}"), seen[-3000:]
     assert proc.stdout.splitlines()[-1] == f"results: {run_dir}"
@@ -401,31 +394,37 @@ def test_a_tampered_checkpoint_is_refused_in_one_line_and_the_run_folder_kept(tm
     assert folder_bytes(folder) == before
 
 
+@pytest.fixture(scope="module")
+def plain_home(tmp_path_factory) -> Iterator[Path]:
+    """A fresh Flower home for ``flwr run`` as docs/getting-started.md shows it (a local simulation): the
+    module's plain runs share the local SuperLink that the first one starts (as a user's second
+    ``flwr run`` does), stopped by PID at the end."""
+    home = tmp_path_factory.mktemp("plain") / "home"
+    yield home
+    stop_processes(superlink_pids(home))
+
+
 def plain_flwr_run(home: Path, run_config: str, cwd: Path) -> str:
-    """``flwr run`` as docs/getting-started.md shows it (a local simulation), in a fresh Flower home; the
-    local SuperLink it leaves running is stopped by PID. Returns what the user saw."""
+    """``flwr run`` of this app in ``home``, from ``cwd``. Returns what the user saw."""
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     federation = "num-supernodes=2 client-resources-num-cpus=1"
     command = ["flwr", "run", str(ROOT), "--stream", "--federation-config", federation, "--run-config", run_config]
-    try:
-        proc = subprocess.run(
-            [str(Path(sys.executable).parent / command[0]), *command[1:]],
-            check=False, capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
-        )  # fmt: skip
-    finally:
-        stop_processes(superlink_pids(home))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / command[0]), *command[1:]],
+        check=False, capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
+    )  # fmt: skip
     return proc.stdout + proc.stderr
 
 
-def test_plain_flwr_run_shows_a_serverapp_error_as_one_line(tmp_path):
-    seen = plain_flwr_run(tmp_path / "home", f'results-dir="{tmp_path / "results"}" lr=0', tmp_path)
+def test_plain_flwr_run_shows_a_serverapp_error_as_one_line(tmp_path, plain_home):
+    seen = plain_flwr_run(plain_home, f'results-dir="{tmp_path / "results"}" lr=0', tmp_path)
     assert any(line.endswith("error: config key 'lr' = 0.0 must be > 0.0") for line in seen.splitlines()), seen[-3000:]
     assert "Traceback" not in seen and "Exit Code" not in seen, seen[-3000:]
     assert not (tmp_path / "results").exists()
 
 
-def test_plain_flwr_run_shows_tracebacks_when_asked(tmp_path):
-    seen = plain_flwr_run(tmp_path / "home", "lr=0 traceback=true", tmp_path)
+def test_plain_flwr_run_shows_tracebacks_when_asked(tmp_path, plain_home):
+    seen = plain_flwr_run(plain_home, "lr=0 traceback=true", tmp_path)
     assert "Traceback (most recent call last)" in seen and "ConfigError: config key 'lr' = 0.0" in seen
 
 

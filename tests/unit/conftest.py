@@ -20,10 +20,12 @@ MOVE = "unit tests start no processes (no subprocess, fork or Ray): move this te
 
 # Libraries whose own probes of the machine may start a process, because a GPU is there:
 # ctypes.util.find_library runs ldconfig, triton runs ldconfig and a C compiler for its
-# CUDA launcher, torch looks for its CUDA libraries. These are not the processes the rule
-# is about (Ray, Flower's runtime, a test's own subprocess), and on a GPU machine the unit
-# tier met one (issue 40).
-LIBRARY_PROBES = ("ctypes.util", "torch", "triton")
+# CUDA launcher, torch looks for its CUDA libraries; matplotlib's first import in a home
+# without its font cache runs fc-list to build it. These are not the processes the rule
+# is about (Ray, Flower's runtime, a test's own subprocess): on a GPU machine the unit tier
+# met one (issue 40), and on a fresh machine whichever unit test first imports matplotlib
+# (flwr-datasets' partitioners do) met the other, in some orders only (issue 43).
+LIBRARY_PROBES = ("ctypes.util", "matplotlib.font_manager", "torch", "triton")
 _STARTERS = ("subprocess", "os", __name__)
 
 

@@ -30,6 +30,11 @@ def test_a_librarys_own_probe_of_the_machine_is_let_through():
     probe = {"__name__": "torch.cuda._probe", "subprocess": subprocess}
     exec("result = subprocess.run(['true'], check=False)", probe)  # as if torch ran it
     assert probe["result"].returncode == 0
+    # matplotlib builds its font cache with fc-list on its first import in a fresh home; the
+    # uncached call is that build's probe (refused before issue 43's change, in any order that
+    # imported matplotlib in a unit test first).
+    font_manager = pytest.importorskip("matplotlib.font_manager")
+    assert isinstance(font_manager._get_fontconfig_fonts.__wrapped__(), list)
     ours = {"__name__": "fedapp.launch", "subprocess": subprocess}
     with pytest.raises(ProcessStartRefused):
         exec("subprocess.run(['true'], check=False)", ours)
