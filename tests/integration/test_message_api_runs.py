@@ -2,10 +2,11 @@
 
 Every method runs with a held-out client (the sampler asks each node its partition with a
 ``query`` message) on a grid in this process whose nodes are our ClientApp, against the legacy
-path's in-process driver: every figure of every round's record is the same. One method of each family runs in Ray
-simulations through our own ServerApp and ClientApp with ``api = legacy`` and ``api = message``
-(the ClientApp's message path is the same for every method but for the client it builds), and
-client-side DP runs on the Message API. (Loopback SuperNodes: tests/system/test_deployment.py.)
+path's in-process driver: every figure of every round's record is the same. One method of each family runs in a Ray
+simulation through our own ServerApp and ClientApp with ``api = message`` against the same driver
+(the ClientApp's message path is the same for every method but for the client it builds), a Ray
+simulation with ``api = legacy`` against it once, and client-side DP runs on the Message API.
+(Loopback SuperNodes: tests/system/test_deployment.py.)
 """
 
 from __future__ import annotations
@@ -100,17 +101,11 @@ def test_a_resumed_run_numbers_its_rounds_after_the_checkpoint(tmp_path):
     assert [row["round"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
 
 
+SIMULATED = {"num-partitions": 3, "num-rounds": 2, "batch-size": 32, "shots-per-class": 4}
+
+
 def simulated(tmp_path, api: str, **overrides):
-    overrides = {
-        "results-dir": str(tmp_path / api),
-        "run-name": "run",
-        "num-partitions": 3,
-        "num-rounds": 2,
-        "batch-size": 32,
-        "shots-per-class": 4,
-        "api": api,
-        **overrides,
-    }
+    overrides = {"results-dir": str(tmp_path / api), "run-name": "run", **SIMULATED, "api": api, **overrides}
     simulate(make_server_app(overrides), make_client_app(overrides), num_supernodes=overrides["num-partitions"])
     return read_metrics(tmp_path / api / "run" / "metrics.jsonl")
 
@@ -119,12 +114,23 @@ SIMULATION_COMPARED = ("acc_mean", "acc_worst", "train_loss", "clients_fit", "by
 
 
 @pytest.mark.parametrize("method", ["pfedlora", "sdfed", "fedd2p", "pep-fedpt"])
-def test_one_method_per_family_gives_the_same_metrics_on_both_apis_in_simulation(tmp_path, method):
+def test_one_method_per_family_on_the_message_api_in_simulation_equals_its_legacy_run(tmp_path, method):
+    """Our ServerApp and ClientApp on the Message API in a Ray simulation give the legacy path's
+    figures: the in-process driver's, which a Ray simulation on the legacy API equals (below)."""
     settings = {"method": method, **METHOD_SETTINGS[method], "seed": 4}
-    legacy, message = simulated(tmp_path, "legacy", **settings), simulated(tmp_path, "message", **settings)
-    assert [row["round"] for row in message] == [1, 2]
-    for ours, theirs in zip(message, legacy, strict=True):
-        assert {k: ours[k] for k in SIMULATION_COMPARED} == {k: theirs[k] for k in SIMULATION_COMPARED}
+    assert_same_as_in_process(simulated(tmp_path, "message", **settings), settings)
+
+
+def test_a_ray_simulation_on_the_legacy_api_equals_the_in_process_driver(tmp_path):
+    settings = {"method": "pfedlora", **METHOD_SETTINGS["pfedlora"], "seed": 4}
+    assert_same_as_in_process(simulated(tmp_path, "legacy", **settings), settings)
+
+
+def assert_same_as_in_process(rows: list[dict], settings: dict) -> None:
+    legacy = run_in_process({**SIMULATED, **settings, "api": "legacy"}).history
+    assert [row["round"] for row in rows] == [1, 2]
+    for ours, theirs in zip(rows, legacy, strict=True):
+        assert {k: ours[k] for k in SIMULATION_COMPARED} == {k: getattr(theirs, k) for k in SIMULATION_COMPARED}
 
 
 def test_client_side_dp_clips_on_the_message_api(tmp_path):
