@@ -113,6 +113,13 @@ def simulated(tmp_path, api: str, **overrides):
 SIMULATION_COMPARED = ("acc_mean", "acc_worst", "train_loss", "clients_fit", "bytes_round_total", "params_round_total")
 
 
+def assert_same_as_in_process(rows: list[dict], settings: dict) -> None:
+    legacy = run_in_process({**SIMULATED, **settings, "api": "legacy"}).history
+    assert [row["round"] for row in rows] == [1, 2]
+    for ours, theirs in zip(rows, legacy, strict=True):
+        assert {k: ours[k] for k in SIMULATION_COMPARED} == {k: getattr(theirs, k) for k in SIMULATION_COMPARED}
+
+
 @pytest.mark.parametrize("method", ["pfedlora", "sdfed", "fedd2p", "pep-fedpt"])
 def test_one_method_per_family_on_the_message_api_in_simulation_equals_its_legacy_run(tmp_path, method):
     """Our ServerApp and ClientApp on the Message API in a Ray simulation give the legacy path's
@@ -124,13 +131,6 @@ def test_one_method_per_family_on_the_message_api_in_simulation_equals_its_legac
 def test_a_ray_simulation_on_the_legacy_api_equals_the_in_process_driver(tmp_path):
     settings = {"method": "pfedlora", **METHOD_SETTINGS["pfedlora"], "seed": 4}
     assert_same_as_in_process(simulated(tmp_path, "legacy", **settings), settings)
-
-
-def assert_same_as_in_process(rows: list[dict], settings: dict) -> None:
-    legacy = run_in_process({**SIMULATED, **settings, "api": "legacy"}).history
-    assert [row["round"] for row in rows] == [1, 2]
-    for ours, theirs in zip(rows, legacy, strict=True):
-        assert {k: ours[k] for k in SIMULATION_COMPARED} == {k: getattr(theirs, k) for k in SIMULATION_COMPARED}
 
 
 def test_client_side_dp_clips_on_the_message_api(tmp_path):
