@@ -3,7 +3,8 @@
 A real SuperLink and three SuperNodes on 127.0.0.1 run ``--rounds`` rounds of a
 small FedAvg run (CNN-5 on digits). One node fails a share of its messages
 (``FEDAPP_FAULT_RATE``, a flaky device); another is stopped and started again
-when the run reaches ``--restart-at``. Every second the script samples the
+when the run reaches ``--restart-at``; a round waits at most ``ROUND_TIMEOUT_S``
+for a reply (the restarted node's last one never comes). Every second the script samples the
 proportional set size (PSS) of the SuperLink and SuperNodes with every process
 they start (ServerApp, ClientApps). It prints whether every round is accounted
 for (a metrics line per round; the clients that trained plus those that failed
@@ -41,6 +42,10 @@ BIN = Path(sys.executable).parent
 NODES = 3
 FLAKY_NODE, RESTARTED_NODE = 2, 0
 MB = 1024 * 1024
+# A round waits at most this long for a reply, as a deployment with devices that come and go sets it:
+# without it, a SuperNode restarted while it held a message holds its round until the SuperLink counts
+# the old node offline (two 30 s heartbeats), and the restart is then a fixed minute of waiting.
+ROUND_TIMEOUT_S = 30
 
 
 @dataclass
@@ -126,7 +131,7 @@ def soak(rounds: int, restart_at: int, fault_rate: float, root: Path) -> SoakRes
     results = root / "results"
     run_config = (
         f'method="fedavg" model="cnn-5" num-rounds={rounds} num-partitions={NODES} min-clients=1 '
-        f'local-epochs=1 results-dir="{results}" run-name="soak"'
+        f'local-epochs=1 round-timeout={ROUND_TIMEOUT_S} results-dir="{results}" run-name="soak"'
     )
     samples: list[tuple[float, int, float]] = []
     started = time.monotonic()

@@ -70,14 +70,43 @@ def random_order_line(config: pytest.Config) -> str | None:
     return f"random order: --randomly-seed={seed} replays it"
 
 
+ORDER_FOLDER = "test-order"
+"""Under pytest's cache folder: the tests each process ran, in order (``gw0.txt``, ``gw1.txt`` under
+pytest-xdist, ``main.txt`` in one process), one node id a line, so that
+``python -m pytest --randomly-seed=N --randomly-dont-reorganize @<file>`` runs one worker's tests again,
+in its order, in one process: the seed fixes each group's order, not which worker took which group."""
+_ORDER_FILE = pytest.StashKey[object]()
+
+
+def order_file(config: pytest.Config) -> Path | None:
+    """Where this process writes the tests it runs; None in pytest-xdist's controller (it runs none)
+    and without pytest's cache."""
+    cache = getattr(config, "cache", None)
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if cache is None or (worker is None and getattr(config.option, "numprocesses", None)):
+        return None
+    return cache.mkdir(ORDER_FOLDER) / f"{worker or 'main'}.txt"
+
+
+def plain_node_id(item: pytest.Item) -> str:
+    """The node id a command line takes: without the ``@group`` pytest-xdist adds under ``--dist loadgroup``."""
+    group = item.get_closest_marker("xdist_group")
+    suffix = f"@{group.args[0]}" if group and group.args else None
+    return item.nodeid.removesuffix(suffix) if suffix else item.nodeid
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The seed before the first test, in every verbosity (``-q`` hides the header), so that a run
-    that dies (a crashed interpreter prints no summary) can still be replayed."""
+    that dies (a crashed interpreter prints no summary) can still be replayed; and the file of the
+    tests this process runs (:data:`ORDER_FOLDER`)."""
     line = random_order_line(session.config)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if line and reporter is not None:
         reporter.write_line(line)
+    path = order_file(session.config)
+    if path is not None:
+        session.config.stash[_ORDER_FILE] = path.open("w", buffering=1)  # a line a test: a crash keeps it
 
 
 @pytest.hookimpl(trylast=True)
@@ -102,6 +131,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
         print(why, file=sys.stderr)  # a worker's exception reaches the terminal only as xdist's own assertion
         raise pytest.UsageError(why)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> None:
+    order = item.config.stash.get(_ORDER_FILE, None)
+    if order is not None:
+        order.write(plain_node_id(item) + "\n")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    order = session.config.stash.get(_ORDER_FILE, None)
+    if order is not None:
+        order.close()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -186,6 +228,27 @@ def _process_state_as_found() -> Iterator[None]:
     console_handler.colored = colored
     if threads is not None and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+CHECKOUT_OUTPUTS = ("results", "state")
+"""The run config's default ``results-dir`` and ``state-dir``, folders relative to the working directory."""
+
+
+def _entries(folder: Path) -> set[str]:
+    return set(os.listdir(folder)) if folder.is_dir() else set()
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_checkout() -> Iterator[None]:
+    """A test's runs write under the test's own folders: a run config without ``results-dir``, run
+    from the checkout, puts a run folder into its ``results/`` (a unit test's strategy did, and held
+    the folder's lock open to the end of the session)."""
+    checkout = TESTS.parent
+    before = {name: _entries(checkout / name) for name in CHECKOUT_OUTPUTS}
+    yield
+    for name, entries in before.items():
+        written = sorted(_entries(checkout / name) - entries)
+        assert not written, f"the test wrote {written[:3]} into the checkout's {name}/"
 
 
 @pytest.fixture(scope="session")

@@ -89,3 +89,41 @@ def test_the_gpu_machines_script_passes_shellcheck_and_runs_the_gpu_tier_as_writ
     assert "no CUDA device visible" in (tmp_path / "gpu-tier.log").read_text()
     wrong = subprocess.run(["bash", script, "gpus"], capture_output=True, text=True, env=env, timeout=60, check=False)
     assert wrong.returncode == 2 and "unknown step gpus (gpu, unit, launch, pretrain)" in wrong.stdout
+
+
+def test_readme_command_2_is_what_ci_runs():
+    """``.ci/run`` runs the README's command 2 verbatim (its last line is that command)."""
+    block = re.search(
+        r"\*\*2\. Install and run the test suite:\*\*\n\n```bash\n(.*?)\n```", (ROOT / "README.md").read_text()
+    )
+    assert block, "README.md has no command 2 block"
+    assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == block.group(1)
+    assert "-n 2 --dist loadgroup" in block.group(1)
+
+
+def pytest_in(cache: Path, *args: str) -> subprocess.CompletedProcess:
+    """pytest on this checkout with its cache (and so the order files) in ``cache``."""
+    command = [sys.executable, "-m", "pytest", "-q", "-o", f"cache_dir={cache}", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_each_worker_writes_its_tests_in_order_and_the_file_replays_them_in_one_process(tmp_path):
+    """Under ``-n 2 --dist loadgroup`` every test is in exactly one worker's order file
+    (``tests/conftest.py``'s ``ORDER_FOLDER``, plain node ids); run from that file with the seed and
+    ``--randomly-dont-reorganize``, one process runs the same tests in the same order."""
+    files = ("tests/system/test_docs.py", "tests/unit/test_log_filters.py")  # two groups, a second each
+    seed = "--randomly-seed=20261205"
+    done = pytest_in(tmp_path / "workers", "-n", "2", "--dist", "loadgroup", seed, *files)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    orders = {path.stem: path.read_text().splitlines() for path in (tmp_path / "workers").glob("d/test-order/*.txt")}
+    assert set(orders) == {"gw0", "gw1"}, orders
+    ran = [node for order in orders.values() for node in order]
+    assert sorted(ran) == sorted(node for node in collected() if node.startswith(files)) and "@" not in "".join(ran)
+    for worker, order in orders.items():
+        if not order:
+            continue
+        (tmp_path / f"{worker}.txt").write_text("\n".join(order) + "\n")
+        cache = tmp_path / f"replay-{worker}"
+        again = pytest_in(cache, seed, "--randomly-dont-reorganize", f"@{tmp_path / f'{worker}.txt'}")
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+        assert (cache / "d" / "test-order" / "main.txt").read_text().splitlines() == order

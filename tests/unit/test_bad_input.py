@@ -154,7 +154,7 @@ def fit_on_node(server_data: Path, node_data: Path, *, device_lacks_server_path:
     path, when ``device_lacks_server_path``)."""
     run_config = {"method": "fedavg", "dataset": "imagefolder", "data-dir": str(server_data), "model": "cnn-5"}
     run_config |= {"num-partitions": 1, "min-clients": 1, "image-size": 16, "device": "cpu"}
-    strategy = build_strategy(resolve_run_config(run_config))
+    strategy = build_strategy(resolve_run_config(run_config), record=False)  # no run folder: nothing to keep
     [(_, fit_ins)] = strategy.configure_fit(1, strategy.initialize_parameters(None), stand_in_manager(1))
     if device_lacks_server_path:
         shutil.rmtree(server_data)
