@@ -17,6 +17,9 @@ import tomllib
 from tests.paths import ROOT
 
 TIER_COMMAND = re.compile(r"^python -m pytest -q (tests/(unit|integration|system))$", re.MULTILINE)
+README_REPLAY = re.compile(
+    r"python -m pytest -q --randomly-seed=N --randomly-dont-reorganize @\.pytest_cache/d/test-order/gw0\.txt"
+)
 
 
 @functools.cache  # the suite does not change during the run: it is collected once
@@ -109,8 +112,12 @@ def pytest_in(cache: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_each_worker_writes_its_tests_in_order_and_the_file_replays_them_in_one_process(tmp_path):
     """Under ``-n 2 --dist loadgroup`` every test is in exactly one worker's order file
-    (``tests/conftest.py``'s ``ORDER_FOLDER``, plain node ids); run from that file with the seed and
-    ``--randomly-dont-reorganize``, one process runs the same tests in the same order."""
+    (``tests/conftest.py``'s ``ORDER_FOLDER``, plain node ids); the README's replay command, with
+    the seed and the file filled in, runs the same tests in the same order in one process. (Each
+    run here keeps its cache, and so its order files, in a folder of its own: the suite's own
+    workers are writing theirs to the checkout's.)"""
+    replay = README_REPLAY.search((ROOT / "README.md").read_text())
+    assert replay, "README.md has no replay command"
     files = ("tests/system/test_docs.py", "tests/unit/test_log_filters.py")  # two groups, a second each
     seed = "--randomly-seed=20261205"
     done = pytest_in(tmp_path / "workers", "-n", "2", "--dist", "loadgroup", seed, *files)
@@ -124,6 +131,9 @@ def test_each_worker_writes_its_tests_in_order_and_the_file_replays_them_in_one_
             continue
         (tmp_path / f"{worker}.txt").write_text("\n".join(order) + "\n")
         cache = tmp_path / f"replay-{worker}"
-        again = pytest_in(cache, seed, "--randomly-dont-reorganize", f"@{tmp_path / f'{worker}.txt'}")
+        written = replay.group(0).split()[4:]  # after "python -m pytest -q"
+        again = pytest_in(
+            cache, *(seed if a == "--randomly-seed=N" else a for a in written[:-1]), f"@{tmp_path}/{worker}.txt"
+        )
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert (cache / "d" / "test-order" / "main.txt").read_text().splitlines() == order
