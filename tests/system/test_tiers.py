@@ -17,9 +17,7 @@ import tomllib
 from tests.paths import ROOT
 
 TIER_COMMAND = re.compile(r"^python -m pytest -q (tests/(unit|integration|system))$", re.MULTILINE)
-README_REPLAY = re.compile(
-    r"python -m pytest -q --randomly-seed=N --randomly-dont-reorganize @\.pytest_cache/d/test-order/gw0\.txt"
-)
+README_REPLAY = "python -m pytest -q --randomly-seed=N --randomly-dont-reorganize @.pytest_cache/d/test-order/gw0.txt"
 
 
 @functools.cache  # the suite does not change during the run: it is collected once
@@ -116,8 +114,7 @@ def test_each_worker_writes_its_tests_in_order_and_the_file_replays_them_in_one_
     the seed and the file filled in, runs the same tests in the same order in one process. (Each
     run here keeps its cache, and so its order files, in a folder of its own: the suite's own
     workers are writing theirs to the checkout's.)"""
-    replay = README_REPLAY.search((ROOT / "README.md").read_text())
-    assert replay, "README.md has no replay command"
+    assert README_REPLAY in (ROOT / "README.md").read_text(), "README.md has no replay command"
     files = ("tests/system/test_docs.py", "tests/unit/test_log_filters.py")  # two groups, a second each
     seed = "--randomly-seed=20261205"
     done = pytest_in(tmp_path / "workers", "-n", "2", "--dist", "loadgroup", seed, *files)
@@ -131,9 +128,7 @@ def test_each_worker_writes_its_tests_in_order_and_the_file_replays_them_in_one_
             continue
         (tmp_path / f"{worker}.txt").write_text("\n".join(order) + "\n")
         cache = tmp_path / f"replay-{worker}"
-        written = replay.group(0).split()[4:]  # after "python -m pytest -q"
-        again = pytest_in(
-            cache, *(seed if a == "--randomly-seed=N" else a for a in written[:-1]), f"@{tmp_path}/{worker}.txt"
-        )
+        # The README's command with the seed and this worker's file in place of N and gw0's path.
+        again = pytest_in(cache, seed, "--randomly-dont-reorganize", f"@{tmp_path}/{worker}.txt")
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         assert (cache / "d" / "test-order" / "main.txt").read_text().splitlines() == order
