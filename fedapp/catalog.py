@@ -61,6 +61,9 @@ class MethodSpec:
         ``"module:function"`` giving, from the same values, the text prompts a client of a
         ``clip-text`` method reads besides ``prompt-length``'s, as ``(what, length per
         client)`` pairs, so that one rule checks every prompt against the text context.
+    personal_state
+        Whether a client keeps state of its own between rounds (its model, prompt or
+        statistics) in its state store, which a resumed run finds again only on disk.
     """
 
     name: str
@@ -75,6 +78,7 @@ class MethodSpec:
     variant_of: str = ""
     options_check: str = ""
     text_prompt_lengths: str = ""
+    personal_state: bool = False
 
     @property
     def averages_parameters(self) -> bool:
@@ -119,6 +123,7 @@ CATALOG: dict[str, MethodSpec] = {
             "uploads nothing (each client trains alone)",
             mixed_models=True,
             new_client_note=_ALONE,
+            personal_state=True,
         ),
         MethodSpec(
             "pfedlora",
@@ -129,6 +134,7 @@ CATALOG: dict[str, MethodSpec] = {
             "parameters",
             mixed_models=True,
             new_client_note="only the low-rank adapter is shared; a new client's own CNN is untrained",
+            personal_state=True,
         ),
         MethodSpec(
             "lg-fedavg",
@@ -139,6 +145,7 @@ CATALOG: dict[str, MethodSpec] = {
             "parameters",
             mixed_models=True,
             new_client_note="only the classifier head is shared; a new client's representation layers are untrained",
+            personal_state=True,
         ),
         MethodSpec(
             "fedper",
@@ -148,6 +155,7 @@ CATALOG: dict[str, MethodSpec] = {
             "cnn",
             "parameters",
             new_client_note="only the base layers are shared; a new client's head is untrained",
+            personal_state=True,
         ),
         MethodSpec(
             "fedproto",
@@ -159,6 +167,7 @@ CATALOG: dict[str, MethodSpec] = {
             f"uploads per-class prototypes {_PER_CLASS}",
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
+            personal_state=True,
         ),
         MethodSpec(
             "fd",
@@ -170,6 +179,7 @@ CATALOG: dict[str, MethodSpec] = {
             f"uploads per-class mean logits {_PER_CLASS}",
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
+            personal_state=True,
         ),
         MethodSpec(
             "fml",
@@ -180,6 +190,7 @@ CATALOG: dict[str, MethodSpec] = {
             "parameters",
             mixed_models=True,
             new_client_note=_LOCAL_MODEL,
+            personal_state=True,
         ),
         MethodSpec(
             "fedkd",
@@ -190,6 +201,7 @@ CATALOG: dict[str, MethodSpec] = {
             "parameters",
             mixed_models=True,
             new_client_note=_LOCAL_MODEL,
+            personal_state=True,
         ),
         MethodSpec(
             "coop-local",
@@ -200,6 +212,7 @@ CATALOG: dict[str, MethodSpec] = {
             "nothing",
             "uploads nothing (each client trains alone)",
             new_client_note=_ALONE,
+            personal_state=True,
         ),
         MethodSpec(
             "promptfl",
@@ -217,6 +230,7 @@ CATALOG: dict[str, MethodSpec] = {
             "clip-text",
             "parameters",
             new_client_note="half of its classifier is the private local prompt, which a new client has not trained",
+            personal_state=True,
             text_prompt_lengths="fedapp.methods.local_prompt_lengths:sdfed_text_prompt_lengths",
         ),
         MethodSpec(
@@ -236,6 +250,7 @@ CATALOG: dict[str, MethodSpec] = {
             "nothing",
             "uploads nothing (each client trains alone)",
             new_client_note=_ALONE,
+            personal_state=True,
         ),
         MethodSpec(
             "fedvpt",
@@ -274,6 +289,7 @@ CATALOG: dict[str, MethodSpec] = {
             f"uploads per-class soft labels {_PER_CLASS}",
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
+            personal_state=True,
             options_check="fedapp.methods.fedd2p:check_fedd2p_options",
         ),
         MethodSpec(
@@ -286,6 +302,7 @@ CATALOG: dict[str, MethodSpec] = {
             f"uploads per-class soft labels {_PER_CLASS}",
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
+            personal_state=True,
             variant_of="fedd2p",
         ),
         MethodSpec(
@@ -298,6 +315,7 @@ CATALOG: dict[str, MethodSpec] = {
             f"uploads per-class soft labels {_PER_CLASS}",
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
+            personal_state=True,
             variant_of="fedd2p",
             options_check="fedapp.methods.fedd2p:check_fedd2p_options",
         ),

@@ -12,8 +12,10 @@ temporary Flower home (Flower's start-up is paid once), one after another, and t
 SuperLink is stopped when the sweep ends.
 
 Started again, a sweep skips finished runs, resumes a run that has a checkpoint
-(``resume=true``), and moves an earlier attempt that left no checkpoint aside
-(``<name>.incomplete-<n>``) instead of writing over it. A failing run is reported
+(``resume=true``), and moves an earlier attempt aside (``<name>.incomplete-<n>``)
+instead of writing over it when it left no checkpoint, or when its method's clients
+kept personal state in memory (``state = "memory"``), which ended with that attempt:
+pass ``state="disk"`` in ``--run-config`` to make such runs resumable. A failing run is reported
 and the sweep goes on. At the end ``report.md`` and ``report.png`` in the results
 folder tabulate the finished runs, with mean ± std over seeds (``fedapp-report``).
 """
@@ -36,7 +38,7 @@ from typing import Any
 import tomllib
 import yaml
 
-from fedapp.config import same_setting_key, settings_digest
+from fedapp.config import resume_loses_personal_state, same_setting_key, settings_digest
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
 from fedapp.report import expand_run_dirs, write_report
@@ -230,11 +232,13 @@ def run_sweep(
     with local_federation() as env:
         for number, run in enumerate(pending, start=1):
             prepared = run.prepared
-            if (prepared.run_dir / "checkpoint.npz").is_file():
+            checkpointed = (prepared.run_dir / "checkpoint.npz").is_file()
+            if checkpointed and not resume_loses_personal_state(prepared.config):
                 prepared = prepare_run({**prepared.overrides, "resume": True})
                 how = "resuming from its checkpoint"
             elif prepared.run_dir.exists():
-                how = f"starting again (the earlier attempt moved to {_set_aside(prepared.run_dir).name})"
+                why = "; its clients' personal state was in memory, which a resume cannot bring back" * checkpointed
+                how = f"starting again (the earlier attempt moved to {_set_aside(prepared.run_dir).name}{why})"
             else:
                 how = "starting"
             print(f"[sweep] run {number}/{len(pending)} {run.name}: {how}", flush=True)

@@ -35,6 +35,7 @@ from fedapp.config.derived import (
     held_out_partitions,
     parse_local_split,
 )
+from fedapp.config.rules import resume_loses_personal_state
 from fedapp.config.run_config import (
     find_preset,
     load_preset,
@@ -90,6 +91,7 @@ __all__ = [
     "load_preset",
     "parse_local_split",
     "resolve_run_config",
+    "resume_loses_personal_state",
     "same_setting_key",
     "setting",
     "settings_digest",

@@ -225,7 +225,8 @@ GROUPS: tuple[Group, ...] = (
             "A client that does not answer within `round-timeout` counts as failed (see "
             "[Failing clients](reliability.md#failing-clients)); `resume` continues the run in "
             "`results-dir/run-name` from its checkpoint (see "
-            "[Resuming a stopped run](reliability.md#resuming-a-stopped-run)). Without `traceback` each error is "
+            "[Resuming a stopped run](reliability.md#resuming-a-stopped-run); a method whose clients keep "
+            'personal state resumes only with `state = "disk"`). Without `traceback` each error is '
             "one line (`error: ...`, or the client's own message in the round's *left out* line).",
             "A robust `aggregation` rule applies to the methods that average a shared model, needs each client's "
             "update (so not with `secagg`) and enough updates a round for `byzantine-clients`; `trim-fraction` "

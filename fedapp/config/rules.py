@@ -237,9 +237,26 @@ def _check_run_name(config: RunConfig) -> None:
         )
 
 
+def resume_loses_personal_state(config: RunConfig) -> bool:
+    """Whether resuming ``config``'s run would start its clients without the personal state they
+    kept: a method whose clients keep some, in memory, which ends with the run that held it."""
+    return CATALOG[config.method].personal_state and config.state == "memory"
+
+
+def _check_resume(config: RunConfig) -> None:
+    if config.resume and resume_loses_personal_state(config):
+        raise ConfigError(
+            f"config keys 'resume' = true and 'state' = \"memory\": {config.method}'s clients keep personal "
+            "state between rounds, and in memory it ended with the stopped run, so a resumed run's clients "
+            "would start again from scratch under a server at a later round; resume only a run started "
+            'with state = "disk" (the same state-dir), or start this one afresh'
+        )
+
+
 #: The package each experiment tracker imports (all in the ``[tracking]`` extra).
 CROSS_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _check_run_name,
+    _check_resume,
     _check_local_prompt_lengths,
     _check_classes_per_client,
     _check_model,

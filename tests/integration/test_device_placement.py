@@ -15,9 +15,10 @@ import logging
 import pytest
 import torch
 
-from fedapp import training
+from fedapp import inprocess, training
 from fedapp.catalog import CATALOG
 from fedapp.inprocess import run_in_process
+from fedapp.state import MemoryStateStore
 from tests.fake_device import fake_accelerator
 
 BRIEF = {"num-partitions": 3, "num-rounds": 2, "batch-size": 16, "shots-per-class": 3, "min-clients": 2}
@@ -70,3 +71,21 @@ def test_an_exported_model_loads_and_predicts_on_the_stand_in_gpu(method, monkey
         with torch.no_grad():
             logits = model(prepare_images(tmp_path / "run", test.images, client=0).to(gpu))
         assert logits.device == gpu and tuple(logits.shape) == (len(test.labels), data.num_classes)
+
+
+@pytest.mark.parametrize("method", sorted(CATALOG))
+def test_a_methods_clients_keep_personal_state_exactly_when_its_catalog_entry_says(method, monkeypatch):
+    """``personal_state`` decides whether a run can resume with ``state = "memory"``
+    (fedapp.config.rules): a method whose clients stored anything, uncatalogued, would resume
+    with clients that start again from scratch."""
+    stores: list[dict] = []
+
+    class RecordedStore(MemoryStateStore):
+        def __init__(self, mapping: dict) -> None:
+            super().__init__(mapping)
+            stores.append(mapping)
+
+    monkeypatch.setattr(inprocess, "MemoryStateStore", RecordedStore)
+    run_in_process({"method": method, **BRIEF, "num-rounds": 1, **BACKBONES.get(CATALOG[method].backbone, {})})
+    assert len(stores) == BRIEF["num-partitions"]
+    assert all(bool(store) == CATALOG[method].personal_state for store in stores), [sorted(s) for s in stores]

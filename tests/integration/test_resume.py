@@ -121,7 +121,7 @@ def test_resume_with_other_settings_stops_before_any_round(tmp_path):
     with pytest.raises(StateError, match=r"other settings \(lr: 0\.05 -> 0\.5\)"):
         server_components(resolve_run_config({**overrides, "lr": 0.5}))
     with pytest.raises(StateError, match="belongs to method 'fedavg', not 'standalone'"):
-        server_components(resolve_run_config({**overrides, "method": "standalone"}))
+        server_components(resolve_run_config({**overrides, "method": "standalone", "state": "disk"}))
     # Nothing was lost: the stopped run's metrics are untouched.
     assert (tmp_path / "run" / "run" / "metrics.jsonl").read_text() == before
 

@@ -72,6 +72,11 @@ CONFIG_ROWS = [
         "gives client 1 a prompt of 32 tokens",
     ),
     ("unknown class assignment", {"class-assignment": "cyclic"}, "'class-assignment' = 'cyclic' is not one of"),
+    (
+        "resume of clients whose state was in memory",
+        {"method": "fedd2p", "resume": True},
+        "config keys 'resume' = true and 'state' = \"memory\": fedd2p's clients keep personal state",
+    ),
 ]
 
 

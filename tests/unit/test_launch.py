@@ -46,6 +46,14 @@ def test_bad_config_fails_before_any_process_starts(tmp_path):
     assert not (tmp_path / "home").exists()
 
 
+def test_resuming_clients_whose_personal_state_was_in_memory_is_refused_before_any_process_starts(tmp_path):
+    """Before the fix, such a run resumed: the server went on at its checkpoint's round while every
+    client started again from scratch (FedD2P even ran its warm-up again), and nothing said so."""
+    with pytest.raises(ConfigError, match=r"'resume' = true and 'state' = \"memory\": standalone's clients keep"):
+        run({"method": "standalone", "resume": True}, flwr_home=tmp_path / "home")
+    assert not (tmp_path / "home").exists()
+
+
 def test_python_dash_m_runs_the_launcher_command_line(tmp_path, monkeypatch, capsys):
     """``python -m fedapp.launch`` runs the package's ``__main__``: the same flags, the same exit codes."""
     monkeypatch.setattr(sys, "argv", ["fedapp.launch", "--help"])

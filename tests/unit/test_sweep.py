@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fedapp import sweep
 from fedapp.errors import ConfigError
-from fedapp.sweep import main, parse_grid, plan_sweep
+from fedapp.sweep import main, parse_grid, plan_sweep, run_sweep
 
 
 def test_grid_items_are_toml_values_or_arrays() -> None:
@@ -70,3 +72,40 @@ def test_cli_refuses_bad_input_in_one_line_and_dry_run_lists_the_plan(tmp_path: 
     out = capsys.readouterr().out
     assert "2 runs" in out and out.count("fedavg-") == 2
     assert not any(tmp_path.iterdir())  # a dry run writes nothing
+
+
+def test_a_checkpointed_run_resumes_unless_its_clients_kept_their_state_in_memory(tmp_path, monkeypatch, capsys):
+    """A standalone run whose clients' models were in memory starts again, its earlier attempt set
+    aside; before, the sweep resumed it and its clients trained from scratch under a later round."""
+    brief = {"num-rounds": 2, "num-partitions": 2}
+    runs = [
+        *plan_sweep(brief, methods=["fedavg", "standalone"], seeds=[0], results_dir=tmp_path),
+        *plan_sweep(
+            {**brief, "state": "disk", "state-dir": str(tmp_path / "state")},
+            methods=["standalone"],
+            seeds=[0],
+            results_dir=tmp_path,
+        ),
+    ]
+    for run in runs:
+        run.prepared.run_dir.mkdir()
+        (run.prepared.run_dir / "checkpoint.npz").write_bytes(b"round 1")
+    submitted = []
+    monkeypatch.setattr(sweep, "local_federation", contextlib.nullcontext)
+    monkeypatch.setattr(sweep, "submit", lambda prepared, env, **_: submitted.append(prepared) or prepared.run_dir)
+    finished, failed = run_sweep(runs)
+    assert failed == [] and len(finished) == 3
+    assert [(p.config.method, p.config.state, p.config.resume) for p in submitted] == [
+        ("fedavg", "memory", True),
+        ("standalone", "memory", False),
+        ("standalone", "disk", True),
+    ]
+    in_memory = runs[1].prepared.run_dir
+    assert (in_memory.with_name(f"{in_memory.name}.incomplete-1") / "checkpoint.npz").read_bytes() == b"round 1"
+    assert not in_memory.exists()  # the new attempt starts in an empty place (submit was stubbed)
+    out = capsys.readouterr().out
+    assert (
+        f"{in_memory.name}: starting again (the earlier attempt moved to {in_memory.name}.incomplete-1; its "
+        "clients' personal state was in memory, which a resume cannot bring back)" in out
+    )
+    assert out.count("resuming from its checkpoint") == 2
