@@ -119,6 +119,8 @@ MECHANISM_FIGURES: tuple[str, ...] = (
     "fit_head_change",
     "fit_mix_entropy",
     "fit_mix_top_is_label",
+    "eval_mix_entropy",
+    "eval_mix_top_is_label",
     # pFedLoRA: every reading of its inference.
     "eval_head_accuracy",
     "eval_adapter_accuracy",

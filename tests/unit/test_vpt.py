@@ -227,6 +227,8 @@ def test_a_client_of_another_partition_evaluates_with_the_global_state_and_its_o
     unseen = make_client(PEPFedPTClient, config, 3)
     _loss, n, metrics = unseen.evaluate(merged, {"server-round": 1})
     assert n == len(unseen.data.test) and 0.0 <= metrics["accuracy"] <= 1.0
+    # The mixing on the test images, recorded as in training (eval_mix_* in metrics.jsonl).
+    assert 0.0 <= metrics["mix_entropy"] <= np.log(CLASSES) + 1e-6 and 0.0 <= metrics["mix_top_is_label"] <= 1.0
 
 
 @pytest.mark.parametrize(
@@ -417,6 +419,7 @@ def test_the_oracle_mixer_gives_each_sample_its_own_labels_prompt_in_training_an
     assert metrics["class_prompt_change"] > 0
     _loss, n, scored = client.evaluate(arrays, {"server-round": 1})
     assert n == len(client.data.test) and 0.0 <= scored["accuracy"] <= 1.0
+    assert scored["mix_top_is_label"] == 1.0 and scored["mix_entropy"] == pytest.approx(0.0, abs=1e-6)
     model = client._model(arrays)
     assert isinstance(model.mixer, OracleMixer)
     test = client.images("test")
