@@ -237,8 +237,8 @@ def run_sweep(
                 prepared = prepare_run({**prepared.overrides, "resume": True})
                 how = "resuming from its checkpoint"
             elif prepared.run_dir.exists():
-                why = "; its clients' personal state was in memory, which a resume cannot bring back"
-                why = why if checkpointed else ""
+                lost = "; its clients' personal state was in memory, which a resume cannot bring back"
+                why = lost if checkpointed else ""
                 how = f"starting again (the earlier attempt moved to {_set_aside(prepared.run_dir).name}{why})"
             else:
                 how = "starting"
