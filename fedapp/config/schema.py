@@ -225,7 +225,7 @@ class Settings:
         choices=("dim", "rank"),
     )
     sdfed_combination: str = setting(
-        "average",
+        "sequence",
         "SDFed: average the cosines of [G_s][class] and [refined G_c][class] (average) or encode one "
         "sequence [G_s][refined G_c][class] (sequence)",
         choices=("average", "sequence"),

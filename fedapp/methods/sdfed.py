@@ -2,16 +2,17 @@
 
 Why this module is long: it is the whole of SDFed's client side, one short function per
 piece (the projector and its two readings, refinement, each term of the loss, the
-two-branch classifier) and the figures that show those pieces acting, so that the
+classifier of the two prompts) and the figures that show those pieces acting, so that the
 method reads in one place.
 
 Our reading of the paper is on the docs' SDFed page. Each client holds a
 shared global prompt ``G_s`` (8 × d_tok) and a private local prompt ``G_c``
 (S_l × d_tok). Once per round the received ``G_s`` yields a projector ``R``
 that removes its dominant right-singular directions; the local branch uses
-``G̃_c = G_c R``. Both branches go through the same frozen text encoder and
-the same class tokens, and the logits average their cosines (or, the other
-reading, one sequence ``[G_s][G̃_c]`` is encoded). How long each
+``G̃_c = G_c R``. One sequence ``[G_s][G̃_c][class]`` goes through the frozen
+text encoder (or, the other reading, two branches ``[G_s][class]`` and
+``[G̃_c][class]`` through the same encoder and class tokens, their cosines
+averaged). How long each
 client's ``G_c`` is comes from :mod:`fedapp.methods.local_prompt_lengths`
 (re-exported here, where callers such as the config check import them).
 
@@ -61,8 +62,8 @@ an arbitrary basis of G_s's null space); ``rank``: ⌊λ·rank(G_s)⌋ direction
 
 COMBINATIONS: tuple[str, ...] = ("average", "sequence")
 """How the two prompts make a class's text: ``average`` encodes ``[G_s][class]`` and
-``[G̃_c][class]`` and averages the two cosines (default); ``sequence`` encodes one
-sequence ``[SOS][G_s][G̃_c][class][EOS]``."""
+``[G̃_c][class]`` and averages the two cosines; ``sequence`` (default, the reading that
+scored higher in the claims) encodes one sequence ``[SOS][G_s][G̃_c][class][EOS]``."""
 
 # floor(λ·r) on floats: 0.29 * 100 is 28.999999999999996, which should count as 29.
 _FLOOR_EPS = 1e-9
@@ -264,7 +265,7 @@ def sdfed_class_logits(
     refined_ctx: Tensor,
     image_features: Tensor,
     logit_scale: Tensor | float,
-    combination: str = "average",
+    combination: str = "sequence",
 ) -> Tensor:
     """Logits of the two prompts combined as ``combination`` says (:data:`COMBINATIONS`).
 
@@ -319,7 +320,7 @@ class SDFedWeights:
     beta: float = 1.0
     gamma: float = 0.8
     lam: float = 0.6
-    combination: str = "average"
+    combination: str = "sequence"
     separation_moves_global: bool = True
 
     def __post_init__(self) -> None:
@@ -390,7 +391,7 @@ def sdfed_loss(
 
 
 class SDFedClassifier(nn.Module):
-    """SDFed's two-branch prompt classifier; ``projector`` is fixed for the round."""
+    """SDFed's prompt classifier (one sequence or two branches); ``projector`` is fixed for the round."""
 
     def __init__(
         self,
@@ -399,7 +400,7 @@ class SDFedClassifier(nn.Module):
         local_context: PromptContext,
         projector: Tensor,
         logit_scale: Tensor | float,
-        combination: str = "average",
+        combination: str = "sequence",
     ) -> None:
         super().__init__()
         self.combination = combination
@@ -468,7 +469,7 @@ def round_classifier(
     projector_mode: str = "dim",
 ) -> SDFedClassifier:
     """One round's classifier: subspace refinement from the global prompt as received
-    (the projector is built once per round and held fixed), then both branches.
+    (the projector is built once per round and held fixed), then the classifier of both prompts.
 
     Raises
     ------

@@ -256,11 +256,11 @@ LAUNCHER_ERRORS = [
         "choose a folder you can write",
     ),
     (
-        "prompt longer than the text context",
-        'method="sdfed" local-prompt-lengths="4,55"',
-        "error: config key 'local-prompt-lengths' = '4,55' gives client 1 a prompt of 55 tokens, but "
-        "'fedapp-tiny-clip' reads 32 text tokens (start, prompt, class name, end): use at most 29, or a model "
-        "with a longer context (ViT-B-16: 77)",
+        "global and local prompts longer than the text context as one sequence (the default)",
+        'method="sdfed" local-prompt-lengths="4,24"',
+        "error: config keys 'prompt-length' = 8 and 'local-prompt-lengths' = '4,24' with sdfed-combination = "
+        "'sequence' gives client 1 a prompt of 32 tokens, but 'fedapp-tiny-clip' reads 32 text tokens (start, "
+        "prompt, class name, end): use at most 29, or a model with a longer context (ViT-B-16: 77)",
     ),
 ]
 

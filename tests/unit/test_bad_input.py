@@ -62,12 +62,12 @@ CONFIG_ROWS = [
     ("run name with a folder", {"run-name": "a/b"}, "'run-name' = 'a/b' must be a single folder name"),
     (
         "prompt longer than the text context",
-        {"method": "sdfed", "local-prompt-lengths": "4,55"},
+        {"method": "sdfed", "local-prompt-lengths": "4,55", "sdfed-combination": "average"},
         "gives client 1 a prompt of 55 tokens, but 'fedapp-tiny-clip' reads 32 text tokens",
     ),
     (
-        "global and local prompts too long as one sequence",
-        {"method": "sdfed", "local-prompt-lengths": "4,24", "sdfed-combination": "sequence"},
+        "global and local prompts too long as one sequence (the default combination)",
+        {"method": "sdfed", "local-prompt-lengths": "4,24"},
         "config keys 'prompt-length' = 8 and 'local-prompt-lengths' = '4,24' with sdfed-combination = 'sequence' "
         "gives client 1 a prompt of 32 tokens",
     ),

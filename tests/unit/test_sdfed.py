@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from fedapp.errors import ConfigError, ModelError
 from fedapp.methods import local_prompt_lengths, sdfed
 from fedapp.methods.local_prompt_lengths import parse_local_lengths, sample_local_lengths
 from fedapp.methods.sdfed import (
+    SDFedClassifier,
     SDFedWeights,
     build_projector,
     mechanism_figures,
@@ -19,6 +21,7 @@ from fedapp.methods.sdfed import (
     removed_energy,
     retention_loss,
     round_classifier,
+    sdfed_class_logits,
     sdfed_logits,
     sdfed_loss,
     separation_loss,
@@ -246,11 +249,22 @@ def test_the_default_projector_is_the_papers_floor_lambda_m_over_the_token_width
     assert build_projector(global_ctx.context).k == int(0.6 * width)
 
 
+def test_the_sequence_combination_is_the_default_everywhere() -> None:
+    """The evidence decides where the paper does not (issue 41): one sequence beat the average in
+    every seed under pathological skew, so the run config, the weights and the classifier default to it."""
+    from fedapp.config import RunConfig  # noqa: PLC0415
+
+    assert RunConfig().sdfed_combination == "sequence"
+    assert SDFedWeights().combination == "sequence"
+    for function in (sdfed_class_logits, SDFedClassifier.__init__):
+        assert inspect.signature(function).parameters["combination"].default == "sequence"
+
+
 def test_the_sequence_combination_encodes_one_prompt_of_both(encoder: PromptTextEncoder, width: int) -> None:
     global_ctx, local_ctx = PromptContext(8, width, generator=42), PromptContext(6, width, generator=43)
     features = torch.nn.functional.normalize(_random(5, encoder.embed_dim, seed=44), dim=-1)
     sequence = round_classifier(encoder, global_ctx, local_ctx, SDFedWeights(combination="sequence"), 1.0)
-    average = round_classifier(encoder, global_ctx, local_ctx, SDFedWeights(), 1.0)
+    average = round_classifier(encoder, global_ctx, local_ctx, SDFedWeights(combination="average"), 1.0)
     refined = refine(local_ctx.context, sequence.projector)
     with torch.no_grad():
         text = encoder.encode_classes(torch.cat([global_ctx.context, refined]))
