@@ -35,6 +35,7 @@ from fedapp.training import LossFn
 
 __all__ = [
     "COMBINATIONS",
+    "DEFAULT_COMBINATION",
     "PROJECTOR_MODES",
     "Projector",
     "SDFedClassifier",
@@ -64,6 +65,9 @@ COMBINATIONS: tuple[str, ...] = ("average", "sequence")
 """How the two prompts make a class's text: ``average`` encodes ``[G_s][class]`` and
 ``[G̃_c][class]`` and averages the two cosines; ``sequence`` (default, the reading that
 scored higher in the claims) encodes one sequence ``[SOS][G_s][G̃_c][class][EOS]``."""
+
+DEFAULT_COMBINATION = "sequence"
+"""The one default of :data:`COMBINATIONS` for the weights, the classifier and the logits."""
 
 # floor(λ·r) on floats: 0.29 * 100 is 28.999999999999996, which should count as 29.
 _FLOOR_EPS = 1e-9
@@ -265,7 +269,7 @@ def sdfed_class_logits(
     refined_ctx: Tensor,
     image_features: Tensor,
     logit_scale: Tensor | float,
-    combination: str = "sequence",
+    combination: str = DEFAULT_COMBINATION,
 ) -> Tensor:
     """Logits of the two prompts combined as ``combination`` says (:data:`COMBINATIONS`).
 
@@ -320,7 +324,7 @@ class SDFedWeights:
     beta: float = 1.0
     gamma: float = 0.8
     lam: float = 0.6
-    combination: str = "sequence"
+    combination: str = DEFAULT_COMBINATION
     separation_moves_global: bool = True
 
     def __post_init__(self) -> None:
@@ -400,7 +404,7 @@ class SDFedClassifier(nn.Module):
         local_context: PromptContext,
         projector: Tensor,
         logit_scale: Tensor | float,
-        combination: str = "sequence",
+        combination: str = DEFAULT_COMBINATION,
     ) -> None:
         super().__init__()
         self.combination = combination
