@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import logging
 import tempfile
 import time
@@ -21,6 +22,10 @@ RESULT_FILES = ("metrics.jsonl", "summary.json", "checkpoint.npz")
 """What makes a folder hold a run's results: a fresh run never writes over them."""
 
 LOCK_FILE = ".lock"
+
+SET_ASIDE_MARK = ".incomplete-"
+"""What a sweep puts between a run folder's name and an attempt number when it moves an attempt
+that cannot resume out of the way (``<name>.incomplete-<n>``): kept, but no longer the run."""
 
 
 # Run folders this process holds the lock of. A process takes its own lock over (a stopped run
@@ -91,6 +96,21 @@ def release_folder(directory: Path) -> None:
 def held_results(directory: Path) -> list[str]:
     """The result files in ``directory`` that hold something (an empty metrics file does not count)."""
     return [name for name in RESULT_FILES if (directory / name).is_file() and (directory / name).stat().st_size > 0]
+
+
+def set_aside(run_dir: Path) -> Path:
+    """Rename ``run_dir`` to the first free ``<name>.incomplete-<n>`` and return the new path."""
+    for attempt in itertools.count(1):
+        target = run_dir.with_name(f"{run_dir.name}{SET_ASIDE_MARK}{attempt}")
+        if not target.exists():
+            run_dir.rename(target)
+            return target
+    raise AssertionError("unreachable")
+
+
+def is_set_aside(folder: Path) -> bool:
+    """Whether ``folder`` is an attempt a sweep moved aside (see :data:`SET_ASIDE_MARK`)."""
+    return SET_ASIDE_MARK in folder.name
 
 
 def check_run_folder(directory: Path, *, resume: bool) -> None:

@@ -42,7 +42,7 @@ from fedapp.config import resume_loses_personal_state, same_setting_key, setting
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
 from fedapp.report import expand_run_dirs, write_report
-from fedapp.runfolder import check_writable_folders
+from fedapp.runfolder import check_writable_folders, is_set_aside, set_aside
 
 __all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
 
@@ -178,7 +178,7 @@ def _existing_runs(results_dir: Path) -> dict[tuple[str, int], str]:
         return index
     for folder in sorted(results_dir.iterdir()):
         config_path = folder / "config.yaml"
-        if ".incomplete-" in folder.name or not config_path.is_file():
+        if is_set_aside(folder) or not config_path.is_file():
             continue
         try:
             config = yaml.safe_load(config_path.read_text())
@@ -196,15 +196,6 @@ def _finished(run: SweepRun) -> bool:
     except (OSError, ValueError):
         return False
     return rounds >= run.prepared.config.num_rounds
-
-
-def _set_aside(run_dir: Path) -> Path:
-    for attempt in itertools.count(1):
-        target = run_dir.with_name(f"{run_dir.name}.incomplete-{attempt}")
-        if not target.exists():
-            run_dir.rename(target)
-            return target
-    raise AssertionError("unreachable")
 
 
 def run_sweep(
@@ -239,7 +230,7 @@ def run_sweep(
             elif prepared.run_dir.exists():
                 lost = "; its clients' personal state was in memory, which a resume cannot bring back"
                 why = lost if checkpointed else ""
-                how = f"starting again (the earlier attempt moved to {_set_aside(prepared.run_dir).name}{why})"
+                how = f"starting again (the earlier attempt moved to {set_aside(prepared.run_dir).name}{why})"
             else:
                 how = "starting"
             print(f"[sweep] run {number}/{len(pending)} {run.name}: {how}", flush=True)

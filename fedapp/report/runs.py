@@ -20,6 +20,7 @@ from fedapp.errors import DataError
 from fedapp.metrics import first_reaching, read_metrics
 from fedapp.report.protocol import config_flag, describe_protocol
 from fedapp.report.tables import MISSING, fmt_acc
+from fedapp.runfolder import is_set_aside
 
 # Columns every metrics.jsonl line has (fedapp.metrics.RoundRecord); the report needs them all.
 ACCURACY_METRICS = ("acc_mean", "acc_worst", "acc_std")
@@ -297,6 +298,10 @@ def report_rows(run_dirs: Iterable[Path], target: float | None = None) -> list[R
 def expand_run_dirs(paths: Iterable[Path]) -> list[Path]:
     """Run folders named by ``paths``: a run folder itself, or each run folder directly inside one (sorted).
 
+    Inside a folder, attempts a sweep moved aside (``<name>.incomplete-<n>``, see
+    :func:`fedapp.runfolder.set_aside`) are left out: the run they attempted is in the folder under
+    its own name, and counting both would count its seed twice. Named directly, one is reported.
+
     Raises
     ------
     DataError
@@ -309,7 +314,9 @@ def expand_run_dirs(paths: Iterable[Path]) -> list[Path]:
         if (path / "metrics.jsonl").exists():
             found.append(path)
             continue
-        children = sorted(child for child in path.iterdir() if (child / "metrics.jsonl").is_file())
+        children = sorted(
+            child for child in path.iterdir() if (child / "metrics.jsonl").is_file() and not is_set_aside(child)
+        )
         if not children:
             raise DataError(f"{path} has no metrics.jsonl and no run folders inside (is it a results folder?)")
         found.extend(children)

@@ -478,6 +478,30 @@ def test_runs_differing_only_in_seed_aggregate_to_mean_and_sample_std(tmp_path: 
     assert "| rounds |" in markdown.split("## Mean")[0]
 
 
+def test_a_results_folder_leaves_out_attempts_a_sweep_moved_aside(tmp_path, capsys):
+    """An attempt the sweep set aside (``<name>.incomplete-1``) repeats its run's seed: listed from
+    the folder it would count that seed twice in the mean over seeds."""
+    config = {**BASE_CONFIG, "num-rounds": 3}
+    for name, seed, accs in (("fedavg-s0", 0, [0.5, 0.6, 0.7]), ("fedavg-s1", 1, [0.5, 0.6, 0.9])):
+        write_run(
+            tmp_path / "sweep", name, {**config, "seed": seed, "run-name": name}, curve(accs, [10] * 3, [1.0] * 3)
+        )
+    aside = write_run(
+        tmp_path / "sweep",
+        "fedavg-s0.incomplete-1",
+        {**config, "seed": 0, "run-name": "fedavg-s0"},
+        curve([0.1], [10], [1.0]),
+    )
+    out = tmp_path / "r.md"
+    assert main([str(tmp_path / "sweep"), "--out", str(out), "--figure", ""]) == 0
+    capsys.readouterr()
+    assert list(table(out.read_text(), "run")) == ["fedavg-s0", "fedavg-s1"]
+    seed_row = next(line for line in out.read_text().split("over seeds")[1].splitlines() if line.startswith("| fedavg"))
+    assert "| 2 (0, 1) |" in seed_row and "| 0.8000 ± 0.1414 |" in seed_row
+    # Named on its own, the attempt is reported (a user asked for it).
+    assert report.expand_run_dirs([aside]) == [aside]
+
+
 def test_a_run_made_before_a_key_existed_groups_with_runs_at_its_default(tmp_path):
     old_config = {key: value for key, value in BASE_CONFIG.items() if key != "aggregation"}
     runs = [
