@@ -15,7 +15,9 @@ from fedapp.inprocess import run_in_process
 from fedapp.metrics import read_metrics
 from fedapp.server_app import make_server_app
 from tests import simulation
+from tests.integration.test_message_api_runs import COMPARED, HELD_OUT
 from tests.simulation import BACKEND
+from tests.unit.test_protocols import METHOD_SETTINGS
 
 BRIEF = {"num-partitions": 4, "num-rounds": 2, "batch-size": 32, "shots-per-class": 5}
 
@@ -137,3 +139,18 @@ def test_fedd2p_and_baselines_exchange_only_per_class_knowledge(method):
         assert row.params_round_total == 4 * 2 * per_class
         assert row.bytes_down_per_client < 4 * per_class + 300  # float32 arrays plus .npy headers
         assert (row.extra.get("generator_loss") is None) == (method == "fedd2p-agg")
+
+
+@pytest.mark.parametrize("method", ["pfedlora", "sdfed"])
+def test_personal_state_on_disk_computes_what_it_computes_in_memory(method, tmp_path):
+    """``state`` says where a client's own model (pFedLoRA) or prompt (SDFed) lives between rounds,
+    not what a run computes: on disk it round-trips exactly, every figure of every round the same
+    (so a run can be made resumable with ``state="disk"`` without changing its results)."""
+    overrides = {"method": method, **HELD_OUT, **METHOD_SETTINGS[method], "num-rounds": 3}
+    runs = [
+        simulate(tmp_path / "memory", **overrides, state="memory"),
+        simulate(tmp_path / "disk", **overrides, state="disk", **{"state-dir": str(tmp_path / "state")}),
+    ]
+    assert list((tmp_path / "state").rglob("*.safetensors")), "the disk run kept no state on disk"
+    memory, disk = ([{k: row[k] for k in COMPARED} for row in read_metrics(run / "metrics.jsonl")] for run in runs)
+    assert disk == memory
