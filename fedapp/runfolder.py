@@ -109,8 +109,10 @@ def set_aside(run_dir: Path) -> Path:
 
 
 def is_set_aside(folder: Path) -> bool:
-    """Whether ``folder`` is an attempt a sweep moved aside (see :data:`SET_ASIDE_MARK`)."""
-    return SET_ASIDE_MARK in folder.name
+    """Whether ``folder`` is an attempt a sweep moved aside: its name ends in :data:`SET_ASIDE_MARK`
+    and an attempt number (a run merely named ``...incomplete-x`` is not)."""
+    stem, mark, attempt = folder.name.rpartition(SET_ASIDE_MARK)
+    return bool(stem and mark) and attempt.isdigit()
 
 
 def check_run_folder(directory: Path, *, resume: bool) -> None:

@@ -500,6 +500,11 @@ def test_a_results_folder_leaves_out_attempts_a_sweep_moved_aside(tmp_path, caps
     assert "| 2 (0, 1) |" in seed_row and "| 0.8000 ± 0.1414 |" in seed_row
     # Named on its own, the attempt is reported (a user asked for it).
     assert report.expand_run_dirs([aside]) == [aside]
+    # Only the sweep's own suffix marks an attempt: a run that merely says "incomplete" is a run.
+    named = write_run(
+        tmp_path / "sweep", "fedavg.incomplete-draft", {**config, "alpha": 1.0}, curve([0.4], [10], [1.0])
+    )
+    assert named in report.expand_run_dirs([tmp_path / "sweep"])
 
 
 def test_a_run_made_before_a_key_existed_groups_with_runs_at_its_default(tmp_path):
