@@ -1,0 +1,48 @@
+"""The run records that benchmarks/CLAIMS.md cites: complete, consistent, and tabulated by their README's command."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.paths import BENCHMARKS
+
+RECORDS = BENCHMARKS / "claims-runs"
+COMMAND = re.compile(r"^fedapp-report benchmarks/claims-runs/\S+ .*$", re.MULTILINE)
+
+
+def run_folders() -> list[Path]:
+    return sorted(path.parent for path in RECORDS.glob("*/*/summary.json"))
+
+
+@pytest.mark.parametrize("run", run_folders(), ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_a_record_holds_every_round_of_its_run_and_its_summary_agrees(run: Path) -> None:
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "metrics.jsonl", "summary.json"]
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    rounds = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [line["round"] for line in rounds] == list(range(1, config["num-rounds"] + 1))
+    assert summary["rounds"] == config["num-rounds"]
+    assert summary["final_acc_mean"] == rounds[-1]["acc_mean"]
+    assert run.name.startswith(f"{config['method']}-") and run.name.endswith(f"-s{config['seed']}")
+
+
+def test_the_readme_command_tabulates_every_record(tmp_path: Path) -> None:
+    assert run_folders(), "no run records under benchmarks/claims-runs"
+    # The command in the README, verbatim, from a copy of the records (the report writes beside its cwd).
+    command = shlex.split(COMMAND.search((RECORDS / "README.md").read_text()).group(0))
+    shutil.copytree(RECORDS, tmp_path / "benchmarks" / "claims-runs")
+    report_cli = Path(sys.executable).parent / command[0]
+    subprocess.run([str(report_cli), *command[1:]], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    table = (tmp_path / command[command.index("--out") + 1]).read_text()
+    family = Path(command[1]).name
+    missing = [run.name for run in run_folders() if run.parent.name == family and f"| {run.name} |" not in table]
+    assert not missing, missing
