@@ -61,7 +61,9 @@ INTRO = (
     "out-of-range value, an unknown method, dataset or model, contradictory settings (the cross-key rules in "
     "`fedapp/config/rules.py`) or a missing path stops the run with one message that names the key and the "
     "value, e.g. `config key 'alpha' = -1.0 must be > 0.0`; a misspelt key or value also gets the name it "
-    "likely meant: `unknown config key 'num-round': did you mean 'num-rounds'?`. In code a validated "
+    "likely meant: `unknown config key 'num-round': did you mean 'num-rounds'?`. `python -m fedapp.launch` "
+    "and `python -m fedapp.sweep` also look for the CLIP checkpoint file that `pretrained` names before they "
+    "start anything (in a deployment each process that loads CLIP looks for its own). In code a validated "
     "configuration is a `fedapp.config.RunConfig`, with one typed attribute per key: `num-rounds` is "
     "`config.num_rounds`.",
     "In the tables, *default* is the value as `pyproject.toml` writes it and *allowed* is what a key accepts "

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import tomli_w
 
+from fedapp.catalog import CATALOG
 from fedapp.config import RunConfig, load_preset, resolve_run_config
-from fedapp.errors import ConfigError, FedAppError
+from fedapp.errors import ConfigError, FedAppError, ModelError
 from fedapp.extras import RAY, check_client_extras, check_server_extras, require
+from fedapp.models.clip import local_checkpoint
 
 
 def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_client: float) -> str:
@@ -137,11 +139,26 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
     check_server_extras(config)  # the ServerApp runs in this environment
     check_client_extras(config, own_data_dir=False)  # and so does every simulated client
     require(RAY, "a local simulation")
+    check_pretrained_checkpoint(config)
     results = Path(config.results_dir).expanduser()
     if not results.is_absolute():
         results = Path.cwd() / results
         overrides = {**overrides, "results-dir": str(results)}
     return PreparedRun(overrides=overrides, config=config, run_dir=results / config.resolved_run_name)
+
+
+def check_pretrained_checkpoint(config: RunConfig) -> None:
+    """Refuse a CLIP checkpoint path with no file behind it before anything starts.
+
+    A local simulation runs every part of the run on this machine, so the file must be here; in a
+    deployment each process checks its own when it loads CLIP.
+    """
+    if CATALOG[config.method].backbone == "cnn":
+        return  # nothing in the run loads CLIP
+    try:
+        local_checkpoint(config.pretrained)
+    except ModelError as error:
+        raise ConfigError(f"config key 'pretrained' = {config.pretrained!r}: {error}") from None
 
 
 def expand_preset(overrides: dict) -> dict:

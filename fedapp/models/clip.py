@@ -51,6 +51,7 @@ __all__ = [
     "LoadedClip",
     "clear_clip_cache",
     "load_open_clip",
+    "local_checkpoint",
     "register_tiny_configs",
 ]
 
@@ -165,6 +166,27 @@ def register_tiny_configs() -> None:
     open_clip.add_model_config(TINY_CONFIG_DIR)
 
 
+def local_checkpoint(pretrained: str) -> Path | None:
+    """The checkpoint file that ``pretrained`` names (absolute), or ``None`` for a tag or random init.
+
+    Needs no open_clip, so a launcher can check the value before it starts anything.
+
+    Raises
+    ------
+    ModelError
+        If ``pretrained`` reads as a path (:data:`_CHECKPOINT_SUFFIXES`, a separator, ``~``) and no
+        file is there.
+    """
+    value = (pretrained or "").strip()
+    if value.lower() in _RANDOM_INIT or not _looks_like_path(value):
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        kind = "is a directory, not a file" if path.is_dir() else "not found"
+        raise ModelError(f"checkpoint {kind}: {value}")
+    return path.resolve()
+
+
 def _looks_like_path(value: str) -> bool:
     return "/" in value or os.sep in value or value.startswith("~") or value.lower().endswith(_CHECKPOINT_SUFFIXES)
 
@@ -194,12 +216,9 @@ def _resolve_pretrained(model_name: str, pretrained: str) -> str:
     value = (pretrained or "").strip()
     if value.lower() in _RANDOM_INIT:
         return ""
-    if _looks_like_path(value):
-        path = Path(value).expanduser()
-        if not path.is_file():
-            kind = "is a directory, not a file" if path.is_dir() else "not found"
-            raise ModelError(f"checkpoint {kind}: {value}")
-        return str(path.resolve())
+    checkpoint = local_checkpoint(value)
+    if checkpoint is not None:
+        return str(checkpoint)
     tags = open_clip.list_pretrained_tags_by_model(model_name)
     # open_clip matches tags case-insensitively with "-" read as "_".
     tag = value.lower().replace("-", "_")

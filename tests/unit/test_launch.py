@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedapp.errors import ConfigError, FedAppError
-from fedapp.launch import expand_preset, federation_overrides, parse_overrides, run
+from fedapp.launch import expand_preset, federation_overrides, parse_overrides, prepare_run, run
 
 
 def test_parse_overrides_reads_flower_style_toml_values():
@@ -52,6 +52,18 @@ def test_resuming_clients_whose_personal_state_was_in_memory_is_refused_before_a
     with pytest.raises(ConfigError, match=r"'resume' = true and 'state' = \"memory\": standalone's clients keep"):
         run({"method": "standalone", "resume": True}, flwr_home=tmp_path / "home")
     assert not (tmp_path / "home").exists()
+
+
+def test_a_missing_clip_checkpoint_fails_before_any_process_starts(tmp_path):
+    """Before, the SuperLink and the simulation started and the ServerApp failed on the path."""
+    missing = tmp_path / "small-clip.pt"
+    with pytest.raises(ConfigError, match=rf"'pretrained' = '{missing}': checkpoint not found"):
+        run({"method": "fedd2p", "pretrained": str(missing)}, flwr_home=tmp_path / "home")
+    assert not (tmp_path / "home").exists()
+    with pytest.raises(ConfigError, match="is a directory, not a file"):
+        run({"method": "sdfed", "pretrained": str(tmp_path)}, flwr_home=tmp_path / "home")
+    # A method that loads no CLIP ignores the key, as its run always has.
+    assert prepare_run({"method": "fedavg", "pretrained": str(missing)}).config.pretrained == str(missing)
 
 
 def test_python_dash_m_runs_the_launcher_command_line(tmp_path, monkeypatch, capsys):

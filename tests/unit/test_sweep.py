@@ -72,6 +72,13 @@ def test_cli_refuses_bad_input_in_one_line_and_dry_run_lists_the_plan(tmp_path: 
     out = capsys.readouterr().out
     assert "2 runs" in out and out.count("fedavg-") == 2
     assert not any(tmp_path.iterdir())  # a dry run writes nothing
+    # Every run's CLIP checkpoint is looked for before the first run starts, not by each run's ServerApp.
+    missing = tmp_path / "small-clip.pt"
+    argv = ["--results-dir", str(tmp_path), "--methods", "fedavg,sdfed", "--run-config", f'pretrained="{missing}"']
+    argv.append("--dry-run")  # the plan is refused too (and a regression starts nothing)
+    assert main(argv) == 2
+    assert f"'pretrained' = '{missing}': checkpoint not found" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_checkpointed_run_resumes_unless_its_clients_kept_their_state_in_memory(tmp_path, monkeypatch, capsys):
