@@ -167,15 +167,10 @@ def register_tiny_configs() -> None:
 
 
 def local_checkpoint(pretrained: str) -> Path | None:
-    """The checkpoint file that ``pretrained`` names (absolute), or ``None`` for a tag or random init.
+    """The checkpoint file ``pretrained`` names (absolute), or ``None`` for a tag or random init.
 
-    Needs no open_clip, so a launcher can check the value before it starts anything.
-
-    Raises
-    ------
-    ModelError
-        If ``pretrained`` reads as a path (:data:`_CHECKPOINT_SUFFIXES`, a separator, ``~``) and no
-        file is there.
+    Needs no open_clip, so a launcher can check it before it starts anything. Raises ModelError when
+    ``pretrained`` reads as a path (a checkpoint suffix, a separator, ``~``) with no file there.
     """
     value = (pretrained or "").strip()
     if value.lower() in _RANDOM_INIT or not _looks_like_path(value):
