@@ -89,6 +89,24 @@ def test_pfedlora_heterogeneous_clients_exchange_only_the_adapter(tmp_path):
     assert rows[1]["train_flops_cumulative"] == rows[0]["train_flops_round"] + rows[1]["train_flops_round"]
 
 
+def test_pfedlora_at_mu_zero_trains_every_local_model_exactly_as_standalone(tmp_path):
+    """The mu = 0 ablation of CLAIMS: the adapter still trains and travels, but the local model's loss
+    never sees it, so every client's head trains and scores as Standalone's model does, round by
+    round (the training loss to the last digit); a mu > 0 does not (the adapter's loss reaches the
+    local encoder)."""
+    models = {"client-models": "cnn-1,cnn-3,cnn-5,cnn-2"}
+    scores = {}
+    for name, overrides in (
+        ("standalone", {"method": "standalone"}),
+        ("mu 0", {"method": "pfedlora", "mu": 0.0}),
+        ("mu 0.5", {"method": "pfedlora", "mu": 0.5}),
+    ):
+        rows = read_metrics(simulate(tmp_path / name.replace(" ", ""), **models, **overrides) / "metrics.jsonl")
+        scores[name] = [(row["client_acc"], row["train_loss"]) for row in rows]
+    assert scores["mu 0"] == scores["standalone"]
+    assert scores["mu 0.5"] != scores["standalone"]
+
+
 def test_sdfed_runs_with_heterogeneous_local_prompt_lengths(tmp_path):
     run_dir = simulate(tmp_path, method="sdfed", **{"local-prompt-lengths": "4,8,16,12", "shots-per-class": 8})
     rows = read_metrics(run_dir / "metrics.jsonl")
