@@ -16,7 +16,6 @@ from fedapp.catalog import CATALOG
 from fedapp.config import RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError, ModelError
 from fedapp.extras import RAY, check_client_extras, check_server_extras, require
-from fedapp.models.clip import local_checkpoint
 
 
 def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_client: float) -> str:
@@ -155,6 +154,8 @@ def check_pretrained_checkpoint(config: RunConfig) -> None:
     """
     if CATALOG[config.method].backbone == "cnn":
         return  # nothing in the run loads CLIP
+    from fedapp.models.clip import local_checkpoint  # noqa: PLC0415 - the launcher imports torch only for CLIP runs
+
     try:
         local_checkpoint(config.pretrained)
     except ModelError as error:
