@@ -17,11 +17,13 @@ Its parts, each importable from here:
 * :mod:`fedapp.report.protocol`: the protocol column, from a run's config;
 * :mod:`fedapp.report.runs`: run folders read into :class:`ReportRow`;
 * :mod:`fedapp.report.seeds`: runs that differ only in seed, as mean ± std;
+* :mod:`fedapp.report.paired`: every setting minus a reference setting, seed by seed;
 * :mod:`fedapp.report.render`: the markdown, the figure and the files written;
 * :mod:`fedapp.report.cli`: the ``fedapp-report`` command line (also ``python -m fedapp.report``).
 """
 
 from fedapp.report.cli import main
+from fedapp.report.paired import PAIRED_HEADER, render_paired_table, select_reference
 from fedapp.report.protocol import describe_protocol
 from fedapp.report.render import MAIN_HEADER, figure_panels, render_markdown, write_figure, write_report
 from fedapp.report.runs import MECHANISM_FIGURES, REQUIRED_METRICS, ReportRow, expand_run_dirs, load_run, report_rows
@@ -44,6 +46,7 @@ __all__ = [
     "MECHANISM_FIGURES",
     "MISSING",
     "NOT_REACHED",
+    "PAIRED_HEADER",
     "REQUIRED_METRICS",
     "SEED_HEADER",
     "ReportRow",
@@ -61,8 +64,10 @@ __all__ = [
     "markdown_table",
     "mean_std",
     "render_markdown",
+    "render_paired_table",
     "render_seed_table",
     "report_rows",
+    "select_reference",
     "write_figure",
     "write_report",
 ]

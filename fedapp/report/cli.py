@@ -15,7 +15,7 @@ from fedapp.report.runs import expand_run_dirs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``fedapp-report RUN_DIR [RUN_DIR ...] [--out F] [--figure F] [--target ACC]``.
+    """Command line: ``fedapp-report RUN_DIR [RUN_DIR ...] [--out F] [--figure F] [--target ACC] [--paired-against R]``.
 
     Returns
     -------
@@ -32,6 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--figure", default=None, help='PNG file (default: the --out file with .png, beside it; "" skips it)'
     )
     parser.add_argument("--target", type=float, help="mean accuracy to time runs to (default: each run's own)")
+    parser.add_argument(
+        "--paired-against",
+        metavar="REFERENCE",
+        help="add a table of every setting minus this one, seed by seed: a method, then key=value to pick "
+        "one setting of it (e.g. 'fedproto lr=0.05')",
+    )
     args = parser.parse_args(argv)
     if args.target is not None and not 0.0 <= args.target <= 1.0:
         parser.error(f"--target {args.target} is not an accuracy in [0, 1]")
@@ -41,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             require(MATPLOTLIB, 'fedapp-report\'s figure (--figure "" skips it)')
         run_dirs = expand_run_dirs(args.run_dirs)
         check_outputs(run_dirs, args.out, figure)  # before anything is written
-        markdown = write_report(run_dirs, args.out, figure, args.target)
+        markdown = write_report(run_dirs, args.out, figure, args.target, args.paired_against)
     except (FedAppError, OSError) as error:
         print(f"fedapp-report: error: {error}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from fedapp.errors import DataError
 from fedapp.metrics import save_accuracy_figure
+from fedapp.report.paired import paired_section, select_reference
 from fedapp.report.runs import MECHANISM_FIGURES, ReportRow, report_rows
 from fedapp.report.seeds import group_by_seed, render_seed_table
 from fedapp.report.tables import (
@@ -114,8 +115,22 @@ def _mechanism_section(rows: Sequence[ReportRow]) -> list[str]:
     return ["", "## The methods' mechanisms (last round)", "", markdown_table(["run", *names], body)]
 
 
-def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str:
-    """The report's markdown: title, target line, main table, seed table, per-domain table, figure link."""
+def _paired_section(rows: Sequence[ReportRow], paired_against: str | None) -> list[str]:
+    if paired_against is None:
+        return []
+    groups = group_by_seed(rows)
+    return paired_section(groups, select_reference(groups, paired_against))
+
+
+def render_markdown(rows: Sequence[ReportRow], figure: str | None = None, paired_against: str | None = None) -> str:
+    """The report's markdown: title, target line, main table, seed table, paired table (when
+    ``paired_against`` names a reference setting, see :func:`select_reference`), per-domain table, figure link.
+
+    Raises
+    ------
+    DataError
+        When ``paired_against`` names no reported setting, or more than one.
+    """
     parts = [
         f"# Federated run report ({plural(len(rows), 'run')})",
         "",
@@ -125,6 +140,7 @@ def render_markdown(rows: Sequence[ReportRow], figure: str | None = None) -> str
         "",
         _main_table(rows),
         *_seed_section(rows),
+        *_paired_section(rows, paired_against),
         *_domain_section(rows),
         *_mechanism_section(rows),
     ]
@@ -201,7 +217,13 @@ def check_outputs(run_dirs: Sequence[Path], out: Path, figure: Path | None) -> N
                 )
 
 
-def write_report(run_dirs: Iterable[Path], out: Path, figure: Path | None, target: float | None) -> str:
+def write_report(
+    run_dirs: Iterable[Path],
+    out: Path,
+    figure: Path | None,
+    target: float | None,
+    paired_against: str | None = None,
+) -> str:
     """Write the markdown report of ``run_dirs`` to ``out`` (and the figure, unless ``figure`` is None).
 
     Parameters
@@ -214,6 +236,8 @@ def write_report(run_dirs: Iterable[Path], out: Path, figure: Path | None, targe
         The PNG to write; the markdown links it relative to ``out``'s folder.
     target : float | None
         Mean accuracy to time the runs to; None: each run's own ``target-accuracy``.
+    paired_against : str | None
+        The reference setting of the paired table (``"fedproto lr=0.05"``); None: no paired table.
 
     Returns
     -------
@@ -224,9 +248,10 @@ def write_report(run_dirs: Iterable[Path], out: Path, figure: Path | None, targe
     out = Path(out)
     link = None
     if figure is not None:
-        figure = write_figure(rows, Path(figure))
-        link = Path(os.path.relpath(figure.resolve(), out.resolve().parent)).as_posix()
-    markdown = render_markdown(rows, link)
+        link = Path(os.path.relpath(Path(figure).resolve(), out.resolve().parent)).as_posix()
+    markdown = render_markdown(rows, link, paired_against)  # a bad reference fails here, before any file is written
+    if figure is not None:
+        write_figure(rows, Path(figure))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(markdown)
     return markdown

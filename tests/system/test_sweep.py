@@ -19,6 +19,7 @@ from tests.paths import ROOT, takes_ctrl_c
 from tests.system.federation import wait_for
 
 README_COMMAND = re.compile(r"^python -m fedapp\.sweep --results-dir results/sweep-demo .*$", re.MULTILINE)
+PAIRED_COMMAND = re.compile(r"^fedapp-report results/sweep-demo .*--paired-against .*$", re.MULTILINE)
 
 
 def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_one(tmp_path: Path, request) -> None:
@@ -74,3 +75,11 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     report = (results / "report.md").read_text()
     assert "## Mean ± std over seeds" in report and report.count("| 2 (0, 1) |") == 2
     assert superlink_pids(tmp) == []
+
+    # The paired comparison the same page shows, verbatim, on the sweep's results.
+    paired = shlex.split(PAIRED_COMMAND.search(docs).group(0))
+    report_cli = Path(sys.executable).parent / paired[0]
+    subprocess.run([str(report_cli), *paired[1:]], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
+    section = (tmp_path / "paired.md").read_text().split("## Paired over seeds, against standalone")[1]
+    fedavg_row = next(line for line in section.splitlines() if line.startswith("| fedavg"))
+    assert "| 2 (0, 1) |" in fedavg_row and " of 2 |" in fedavg_row
