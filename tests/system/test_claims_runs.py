@@ -35,14 +35,18 @@ def test_a_record_holds_every_round_of_its_run_and_its_summary_agrees(run: Path)
     assert run.name.startswith(f"{config['method']}-") and run.name.endswith(f"-s{config['seed']}")
 
 
-def test_the_readme_command_tabulates_every_record(tmp_path: Path) -> None:
+def test_the_readme_commands_tabulate_every_record(tmp_path: Path) -> None:
     assert run_folders(), "no run records under benchmarks/claims-runs"
-    # The command in the README, verbatim, from a copy of the records (the report writes beside its cwd).
-    command = shlex.split(COMMAND.search((RECORDS / "README.md").read_text()).group(0))
+    commands = [shlex.split(match.group(0)) for match in COMMAND.finditer((RECORDS / "README.md").read_text())]
+    assert commands, "no fedapp-report command in benchmarks/claims-runs/README.md"
+    # The commands in the README, verbatim, from a copy of the records (the report writes beside its cwd).
     shutil.copytree(RECORDS, tmp_path / "benchmarks" / "claims-runs")
-    report_cli = Path(sys.executable).parent / command[0]
-    subprocess.run([str(report_cli), *command[1:]], cwd=tmp_path, check=True, capture_output=True, timeout=300)
-    table = (tmp_path / command[command.index("--out") + 1]).read_text()
-    family = Path(command[1]).name
-    missing = [run.name for run in run_folders() if run.parent.name == family and f"| {run.name} |" not in table]
-    assert not missing, missing
+    report_cli = Path(sys.executable).parent / commands[0][0]
+    for command in commands:
+        subprocess.run([str(report_cli), *command[1:]], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+        table = (tmp_path / command[command.index("--out") + 1]).read_text()
+        family = Path(command[1]).name
+        missing = [run.name for run in run_folders() if run.parent.name == family and f"| {run.name} |" not in table]
+        assert not missing, missing
+        if "--paired-against" in command:
+            assert "## Paired over seeds, against " in table
