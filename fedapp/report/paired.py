@@ -101,11 +101,12 @@ def render_paired_table(groups: Sequence[SeedGroup], reference: SeedGroup) -> st
     for group in groups:
         if group is reference:
             continue
-        pairs = [(row, ref_runs[seed]) for seed, row in _by_seed(group).items() if seed in ref_runs]
-        if not pairs:
+        runs = _by_seed(group)
+        seeds = [seed for seed in runs if seed in ref_runs]
+        if not seeds:
             continue
+        pairs = [(runs[seed], ref_runs[seed]) for seed in seeds]
         diffs = [row.acc_mean - ref.acc_mean for row, ref in pairs]
-        seeds = [int(row.config.get("seed", 0)) for row, _ in pairs]
         body.append(
             [
                 table_cell(group.setting),
