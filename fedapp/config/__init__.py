@@ -10,7 +10,7 @@ touched or any model is built.
 The package's parts, each importing only those listed before it:
 
 * :mod:`~fedapp.config.schema`: ``Key``, ``setting``, ``Settings``, ``SCHEMA``, the
-  value sets (datasets, partitions ...), ``defaults`` and ``NOT_SETTINGS``;
+  value sets (datasets, partitions ...), ``defaults``, ``NOT_SETTINGS`` and ``STORAGE_KEYS``;
 * :mod:`~fedapp.config.validated`: the type ``RunConfig`` and ``settings_digest``;
 * :mod:`~fedapp.config.derived`: values computed from a configuration (models per
   client, held-out partitions, a partition's domain, the local split);
@@ -37,6 +37,7 @@ from fedapp.config.derived import (
 )
 from fedapp.config.rules import resume_loses_personal_state
 from fedapp.config.run_config import (
+    UNCOMPARED,
     find_preset,
     load_preset,
     resolve_run_config,
@@ -76,6 +77,7 @@ __all__ = [
     "PARTITIONS",
     "SCHEMA",
     "STATE_BACKENDS",
+    "UNCOMPARED",
     "Key",
     "RunConfig",
     "Scalar",

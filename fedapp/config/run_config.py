@@ -18,9 +18,12 @@ from typing import Any
 import yaml
 
 from fedapp.config.rules import CROSS_RULES
-from fedapp.config.schema import APP_ROOT, NOT_SETTINGS, SCHEMA, close_match, defaults
+from fedapp.config.schema import APP_ROOT, NOT_SETTINGS, SCHEMA, STORAGE_KEYS, close_match, defaults
 from fedapp.config.validated import RunConfig
 from fedapp.errors import ConfigError
+
+UNCOMPARED = NOT_SETTINGS | STORAGE_KEYS
+"""Keys that :func:`same_setting_key` leaves out: two runs differing only in them repeat one setting."""
 
 
 def with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,8 +33,9 @@ def with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def same_setting_key(config: Mapping[str, Any]) -> str:
-    """A text equal for two configs exactly when they differ only in :data:`NOT_SETTINGS` (seed aside)."""
-    settings = {key: value for key, value in with_defaults(config).items() if key not in NOT_SETTINGS}
+    """A text equal for two configs exactly when they differ only in :data:`NOT_SETTINGS` (seed aside)
+    and :data:`STORAGE_KEYS`."""
+    settings = {key: value for key, value in with_defaults(config).items() if key not in UNCOMPARED}
     return json.dumps(settings, sort_keys=True, default=str)
 
 

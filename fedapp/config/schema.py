@@ -361,6 +361,12 @@ NOT_SETTINGS = frozenset(
 """Keys that do not change what a run computes beyond its seed: runs differing only in them are
 repetitions of one setting (the report's seed groups, the sweep's and the derived run names)."""
 
+STORAGE_KEYS = frozenset({"state", "state-dir"})
+"""Where the clients keep their personal state: a run computes the same on either backend (the
+simulation tests show it), so the report groups runs differing only in these as seeds of one
+setting. They stay in the derived run name, so that a run folder never holds both backends: the
+sweep resumes a checkpointed run only when its clients kept their state on disk."""
+
 
 def defaults() -> dict[str, Scalar]:
     """Return the default value of every key (what pyproject.toml declares)."""

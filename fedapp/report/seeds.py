@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fedapp.config import NOT_SETTINGS, same_setting_key, with_defaults
+from fedapp.config import UNCOMPARED, same_setting_key, with_defaults
 from fedapp.report.runs import ReportRow
 from fedapp.report.tables import (
     FIGURE_COLUMNS,
@@ -28,7 +28,7 @@ SEED_HEADER = ["setting", "seeds", *FIGURE_COLUMNS, "MB to target", "train FLOPs
 
 @dataclass(frozen=True)
 class SeedGroup:
-    """Runs whose configs differ only in :data:`NOT_SETTINGS` (repetitions over seeds).
+    """Runs whose configs differ only in :data:`~fedapp.config.UNCOMPARED` (repetitions over seeds).
 
     Attributes
     ----------
@@ -61,7 +61,7 @@ def group_by_seed(rows: Sequence[ReportRow]) -> list[SeedGroup]:
     firsts = [with_defaults(members[0].config) for members in grouped.values() if members[0].config]
     varying = sorted(
         key
-        for key in {k for config in firsts for k in config} - NOT_SETTINGS - {"method"}
+        for key in {k for config in firsts for k in config} - UNCOMPARED - {"method"}
         if len({json.dumps(config.get(key), default=str) for config in firsts}) > 1
     )
     groups = []

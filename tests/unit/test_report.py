@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fedapp import report
+from fedapp.config import resolve_run_config
 from fedapp.errors import DataError
 from fedapp.metrics import MB, RoundRecord, RunRecorder, read_metrics
 from fedapp.report import ReportRow, describe_protocol, fmt_bytes, load_run, main, report_rows, write_report
@@ -521,6 +522,25 @@ def test_a_run_made_before_a_key_existed_groups_with_runs_at_its_default(tmp_pat
         ("fedavg, aggregation=mean", (0, 1)),
         ("fedavg, aggregation=median", (0,)),
     ]
+
+
+def test_runs_differing_only_in_where_clients_keep_state_are_seeds_of_one_setting(tmp_path):
+    """``state`` and ``state-dir`` do not change what a run computes (a simulation test shows it), so a
+    seed run with its clients' state on disk repeats one in memory; before, they stood apart."""
+    on_disk = {**BASE_CONFIG, "state": "disk", "state-dir": "/nodes/state"}
+    runs = [
+        write_run(tmp_path, "memory-s0", {**BASE_CONFIG, "seed": 0}, curve([0.5], [10], [1.0])),
+        write_run(tmp_path, "disk-s1", {**on_disk, "seed": 1}, curve([0.7], [10], [1.0])),
+        write_run(tmp_path, "median-s0", {**on_disk, "seed": 0, "aggregation": "median"}, curve([0.6], [10], [1.0])),
+    ]
+    groups = report.group_by_seed(report_rows(runs))
+    assert [(g.setting, g.seeds) for g in groups] == [
+        ("fedavg, aggregation=mean", (0, 1)),
+        ("fedavg, aggregation=median", (0,)),
+    ]
+    # The run folder still tells the backends apart (the sweep resumes only a run whose state is on disk).
+    names = {state: resolve_run_config({"state": state}).resolved_run_name for state in ("memory", "disk")}
+    assert names["memory"] != names["disk"]
 
 
 def test_no_seed_table_when_no_setting_repeats(tmp_path: Path) -> None:
