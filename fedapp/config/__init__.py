@@ -10,7 +10,7 @@ touched or any model is built.
 The package's parts, each importing only those listed before it:
 
 * :mod:`~fedapp.config.schema`: ``Key``, ``setting``, ``Settings``, ``SCHEMA``, the
-  value sets (datasets, partitions ...), ``defaults``, ``NOT_SETTINGS`` and ``STORAGE_KEYS``;
+  value sets (datasets, partitions ...), ``defaults``, ``NOT_SETTINGS``, ``STORAGE_KEYS`` and ``PARTITION_KEYS``;
 * :mod:`~fedapp.config.validated`: the type ``RunConfig`` and ``settings_digest``;
 * :mod:`~fedapp.config.derived`: values computed from a configuration (models per
   client, held-out partitions, a partition's domain, the local split);
@@ -53,6 +53,7 @@ from fedapp.config.schema import (
     DEVICES,
     MAX_SYNTHETIC_DOMAINS,
     NOT_SETTINGS,
+    PARTITION_KEYS,
     PARTITIONS,
     SCHEMA,
     STATE_BACKENDS,
@@ -75,6 +76,7 @@ __all__ = [
     "MODULUS_RANGE",
     "NOT_SETTINGS",
     "PARTITIONS",
+    "PARTITION_KEYS",
     "SCHEMA",
     "STATE_BACKENDS",
     "UNCOMPARED",

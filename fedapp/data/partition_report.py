@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from fedapp.config.schema import PARTITION_KEYS
 from fedapp.data.figures import label_distribution_figure, partition_text, save_figure
 from fedapp.jsonfile import dumps_json
 
@@ -28,31 +29,6 @@ if TYPE_CHECKING:  # annotations only: matplotlib is imported when a figure is d
 
 PARTITION_FILE = "partition.json"
 PARTITION_FIGURE = "partition.png"
-
-#: The configuration keys that decide what each client holds (those a run's config has are recorded).
-PARTITION_KEYS = (
-    "dataset",
-    "data-dir",
-    "hf-name",
-    "hf-label-column",
-    "synthetic-domains",
-    "reserve-pretrain",
-    "reserve-test",
-    "reserve-seed",
-    "test-data-dir",
-    "partition",
-    "alpha",
-    "classes-per-client",
-    "shards-per-client",
-    "clients-per-domain",
-    "num-partitions",
-    "seed",
-    "local-split",
-    "shots-per-class",
-    "base-to-novel",
-    "held-out-fraction",
-    "held-out-domain",
-)
 
 #: The most clients the figure draws (the first ones by partition id).
 FIGURE_CLIENTS = 100
@@ -98,8 +74,8 @@ def split_counts(client: ClientSplits) -> dict[str, dict[str, Any]]:
 def partition_summary(
     values: Mapping[str, Any], load_client: Callable[[int, int], ClientSplits], held_out: Collection[int] = ()
 ) -> dict[str, Any]:
-    """What ``partition.json`` holds: the partition's settings (of the run configuration's
-    ``values``, by key: :meth:`fedapp.config.RunConfig.as_dict`), the class names, the held-out
+    """What ``partition.json`` holds: the partition's settings (:data:`fedapp.config.PARTITION_KEYS`
+    of the run configuration's ``values``: :meth:`fedapp.config.RunConfig.as_dict`), the class names, the held-out
     partitions (``held_out``: :func:`fedapp.config.held_out_partitions`), per split the samples
     over all clients, and per client (partition id, a string) its :func:`split_counts`.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fedapp.config import with_defaults
+from fedapp.config import PARTITION_KEYS, with_defaults
 from fedapp.errors import DataError
 from fedapp.report.runs import ReportRow
 from fedapp.report.seeds import SeedGroup
@@ -94,12 +94,20 @@ def _cost_ratio(pairs: Sequence[tuple[ReportRow, ReportRow]], attribute: str) ->
     return f"{fmt_mean_std(ratios, 2)}× ({len(ratios)}/{len(pairs)})" if ratios else f"{MISSING} (0/{len(pairs)})"
 
 
+def _partition(group: SeedGroup) -> dict[str, object]:
+    """What decides each client's data, but the seed: two groups equal in it share a partition seed by seed."""
+    config = with_defaults(group.runs[0].config)
+    return {key: config.get(key) for key in PARTITION_KEYS if key != "seed"}
+
+
 def render_paired_table(groups: Sequence[SeedGroup], reference: SeedGroup) -> str:
-    """One row per other group sharing a seed with ``reference``: differences and cost ratios, seed by seed."""
+    """One row per other group sharing a seed and the partition with ``reference``: differences and cost
+    ratios, seed by seed (a group on other data, e.g. another ``alpha``, has no pair on any seed)."""
     ref_runs = _by_seed(reference)
+    ref_partition = _partition(reference)
     body = []
     for group in groups:
-        if group is reference:
+        if group is reference or _partition(group) != ref_partition:
             continue
         runs = _by_seed(group)
         seeds = [seed for seed in runs if seed in ref_runs]
@@ -128,7 +136,8 @@ def paired_section(groups: Sequence[SeedGroup], reference: SeedGroup) -> list[st
         "",
         f"## Paired over seeds, against {reference.setting}",
         "",
-        "Each setting's last-round figures minus the reference's on the same seed (same partition), then mean ± "
+        "Each setting's last-round figures minus the reference's on the same seed (same partition; settings on "
+        "other data are left out), then mean ± "
         "sample std over the seeds both ran; 'higher in' counts the seeds where the setting's mean accuracy is "
         "above the reference's. Cost ratios are per seed, over the seeds where both reached the target.",
         "",

@@ -10,7 +10,7 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from fedapp.clientdata import load_client_data, load_dataset
-from fedapp.config import held_out_partitions, resolve_run_config
+from fedapp.config import PARTITION_KEYS, SCHEMA, held_out_partitions, resolve_run_config
 from fedapp.data.partition_report import (
     FIGURE_CLIENTS,
     PARTITION_FIGURE,
@@ -69,6 +69,10 @@ def test_the_summary_records_settings_held_out_partitions_totals_and_every_clien
     summary = partition_summary(config.as_dict(), fake_loader, held_out)
     assert summary["settings"]["partition"] == "pathological" and summary["settings"]["num-partitions"] == 2
     assert summary["settings"]["classes-per-client"] == config.classes_per_client
+    # How the class sets and the held-out clients are drawn decide what each client holds too.
+    assert summary["settings"]["class-assignment"] == config.class_assignment
+    assert summary["settings"]["held-out-draw"] == config.held_out_draw
+    assert set(PARTITION_KEYS) <= set(SCHEMA) and set(summary["settings"]) == set(PARTITION_KEYS)
     assert len(held_out) == 1 and summary["held_out_partitions"] == sorted(held_out)
     assert summary["class_names"] == ["cat", "dog", "eel"]
     assert summary["samples"] == {"train": 3 + 4, "val": 0, "test": 2}

@@ -71,6 +71,36 @@ def test_each_setting_minus_the_reference_seed_by_seed(tmp_path, capsys):
     assert (other["seeds paired"], other["mean ± std"], other["higher in"]) == ("1 (0)", "-0.1000", "0 of 1")
 
 
+def test_settings_on_other_data_are_not_paired_with_the_reference(tmp_path, capsys):
+    """Seed 0 at alpha = 10 holds another partition than seed 0 at alpha = 0.1: such a difference says
+    nothing of either method, so only the settings on the reference's data get a row (a sweep over two
+    alphas, as Family C's, before paired every run with the reference's seed)."""
+    results = tmp_path / "runs"
+    for method, alpha, final in (
+        ("fedavg", 0.1, 0.7),
+        ("fedprox", 0.1, 0.75),
+        ("fedavg", 10.0, 0.4),
+        ("fedprox", 10.0, 0.5),
+    ):
+        config = {**BASE_CONFIG, "method": method, "alpha": alpha, "seed": 0, "num-rounds": 1}
+        write_run(results, f"{method}-alpha{alpha}-s0", config, curve([final], [10], [1.0]))
+    other_split = {
+        **BASE_CONFIG,
+        "method": "fedprox",
+        "alpha": 0.1,
+        "seed": 0,
+        "num-rounds": 1,
+        "class-assignment": "random",
+    }
+    write_run(results, "fedprox-random-s0", other_split, curve([0.9], [10], [1.0]))
+    out = tmp_path / "report.md"
+    assert main([str(results), "--out", str(out), "--figure", "", "--paired-against", "fedavg alpha=0.1"]) == 0
+    capsys.readouterr()
+    rows = paired_rows(out.read_text())
+    assert list(rows) == ["fedprox, alpha=0.1, class-assignment=first-deterministic"]
+    assert rows["fedprox, alpha=0.1, class-assignment=first-deterministic"]["mean ± std"] == "+0.0500"
+
+
 def test_a_setting_that_never_reaches_the_target_has_no_cost_ratio(tmp_path):
     results = write_grid(tmp_path / "runs")
     rows = report_rows(report.expand_run_dirs([results]), target=0.78)
