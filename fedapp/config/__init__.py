@@ -10,7 +10,8 @@ touched or any model is built.
 The package's parts, each importing only those listed before it:
 
 * :mod:`~fedapp.config.schema`: ``Key``, ``setting``, ``Settings``, ``SCHEMA``, the
-  value sets (datasets, partitions ...), ``defaults``, ``NOT_SETTINGS``, ``STORAGE_KEYS`` and ``PARTITION_KEYS``;
+  value sets (datasets, partitions ...) and ``defaults``;
+* :mod:`~fedapp.config.key_groups`: ``NOT_SETTINGS``, ``PARTITION_KEYS`` and ``STORAGE_KEYS``;
 * :mod:`~fedapp.config.validated`: the type ``RunConfig`` and ``settings_digest``;
 * :mod:`~fedapp.config.derived`: values computed from a configuration (models per
   client, held-out partitions, a partition's domain, the local split);
@@ -35,6 +36,7 @@ from fedapp.config.derived import (
     held_out_partitions,
     parse_local_split,
 )
+from fedapp.config.key_groups import NOT_SETTINGS, PARTITION_KEYS, STORAGE_KEYS
 from fedapp.config.rules import resume_loses_personal_state
 from fedapp.config.run_config import (
     UNCOMPARED,
@@ -52,8 +54,6 @@ from fedapp.config.schema import (
     DATASETS,
     DEVICES,
     MAX_SYNTHETIC_DOMAINS,
-    NOT_SETTINGS,
-    PARTITION_KEYS,
     PARTITIONS,
     SCHEMA,
     STATE_BACKENDS,
@@ -79,6 +79,7 @@ __all__ = [
     "PARTITION_KEYS",
     "SCHEMA",
     "STATE_BACKENDS",
+    "STORAGE_KEYS",
     "UNCOMPARED",
     "Key",
     "RunConfig",

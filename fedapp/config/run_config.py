@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
+from fedapp.config.key_groups import NOT_SETTINGS, STORAGE_KEYS
 from fedapp.config.rules import CROSS_RULES
-from fedapp.config.schema import APP_ROOT, NOT_SETTINGS, SCHEMA, STORAGE_KEYS, close_match, defaults
+from fedapp.config.schema import APP_ROOT, SCHEMA, close_match, defaults
 from fedapp.config.validated import RunConfig
 from fedapp.errors import ConfigError
 

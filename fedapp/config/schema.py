@@ -343,58 +343,6 @@ SCHEMA: dict[str, Key] = {
 }
 """Every key a run accepts, by its config name (``num-rounds``), derived from :class:`Settings`."""
 
-NOT_SETTINGS = frozenset(
-    {
-        "seed",
-        "run-name",
-        "results-dir",
-        "resume",
-        "preset",
-        "cache-dir",
-        "traceback",
-        "tracker",
-        "tracking-uri",
-        "export-models",
-        "api",
-    }
-)
-"""Keys that do not change what a run computes beyond its seed: runs differing only in them are
-repetitions of one setting (the report's seed groups, the sweep's and the derived run names)."""
-
-PARTITION_KEYS = (
-    "dataset",
-    "data-dir",
-    "hf-name",
-    "hf-label-column",
-    "synthetic-domains",
-    "reserve-pretrain",
-    "reserve-test",
-    "reserve-seed",
-    "test-data-dir",
-    "partition",
-    "alpha",
-    "classes-per-client",
-    "class-assignment",
-    "shards-per-client",
-    "clients-per-domain",
-    "num-partitions",
-    "seed",
-    "local-split",
-    "shots-per-class",
-    "base-to-novel",
-    "held-out-fraction",
-    "held-out-draw",
-    "held-out-domain",
-)
-"""The keys that decide what each client holds: ``partition.json`` records them, and the report
-pairs two settings seed by seed only where they agree on every one of them but the seed."""
-
-STORAGE_KEYS = frozenset({"state", "state-dir"})
-"""Where the clients keep their personal state: a run computes the same on either backend (the
-simulation tests show it), so the report groups runs differing only in these as seeds of one
-setting. They stay in the derived run name, so that a run folder never holds both backends: the
-sweep resumes a checkpointed run only when its clients kept their state on disk."""
-
 
 def defaults() -> dict[str, Scalar]:
     """Return the default value of every key (what pyproject.toml declares)."""

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedapp.config.schema import NOT_SETTINGS, SCHEMA, Scalar, Settings
+from fedapp.config.key_groups import NOT_SETTINGS
+from fedapp.config.schema import SCHEMA, Scalar, Settings
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fedapp.config.schema import PARTITION_KEYS
+from fedapp.config.key_groups import PARTITION_KEYS
 from fedapp.data.figures import label_distribution_figure, partition_text, save_figure
 from fedapp.jsonfile import dumps_json
 
