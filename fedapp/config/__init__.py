@@ -11,7 +11,8 @@ The package's parts, each importing only those listed before it:
 
 * :mod:`~fedapp.config.schema`: ``Key``, ``setting``, ``Settings``, ``SCHEMA``, the
   value sets (datasets, partitions ...) and ``defaults``;
-* :mod:`~fedapp.config.key_groups`: ``NOT_SETTINGS``, ``PARTITION_KEYS`` and ``STORAGE_KEYS``;
+* :mod:`~fedapp.config.key_groups`: ``NOT_SETTINGS``, ``PARTITION_KEYS`` (and ``partition_settings``)
+  and ``STORAGE_KEYS``;
 * :mod:`~fedapp.config.validated`: the type ``RunConfig`` and ``settings_digest``;
 * :mod:`~fedapp.config.derived`: values computed from a configuration (models per
   client, held-out partitions, a partition's domain, the local split);
@@ -36,7 +37,7 @@ from fedapp.config.derived import (
     held_out_partitions,
     parse_local_split,
 )
-from fedapp.config.key_groups import NOT_SETTINGS, PARTITION_KEYS, STORAGE_KEYS
+from fedapp.config.key_groups import NOT_SETTINGS, PARTITION_KEYS, STORAGE_KEYS, partition_settings
 from fedapp.config.rules import resume_loses_personal_state
 from fedapp.config.run_config import (
     UNCOMPARED,
@@ -95,6 +96,7 @@ __all__ = [
     "held_out_partitions",
     "load_preset",
     "parse_local_split",
+    "partition_settings",
     "resolve_run_config",
     "resume_loses_personal_state",
     "same_setting_key",

@@ -3,6 +3,9 @@ the partition, which only say where client state is kept (the schema itself: :mo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 NOT_SETTINGS = frozenset(
     {
         "seed",
@@ -48,6 +51,12 @@ PARTITION_KEYS = (
 )
 """The keys that decide what each client holds: ``partition.json`` records them, and the report
 pairs two settings seed by seed only where they agree on every one of them but the seed."""
+
+
+def partition_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`PARTITION_KEYS` that ``values`` (a run configuration by config name) holds."""
+    return {key: values[key] for key in PARTITION_KEYS if key in values}
+
 
 STORAGE_KEYS = frozenset({"state", "state-dir"})
 """Where the clients keep their personal state: a run computes the same on either backend (the

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fedapp.config.key_groups import PARTITION_KEYS
+from fedapp.config.key_groups import partition_settings
 from fedapp.data.figures import label_distribution_figure, partition_text, save_figure
 from fedapp.jsonfile import dumps_json
 
@@ -94,7 +94,7 @@ def partition_summary(
         for split, counted in splits.items():
             totals[split] = totals.get(split, 0) + counted["samples"]
     return {
-        "settings": {key: values[key] for key in PARTITION_KEYS if key in values},
+        "settings": partition_settings(values),
         "class_names": class_names,
         "held_out_partitions": sorted(held_out),
         "samples": totals,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fedapp.config import PARTITION_KEYS, with_defaults
+from fedapp.config import partition_settings, with_defaults
 from fedapp.errors import DataError
 from fedapp.report.runs import ReportRow
 from fedapp.report.seeds import SeedGroup
@@ -96,8 +96,9 @@ def _cost_ratio(pairs: Sequence[tuple[ReportRow, ReportRow]], attribute: str) ->
 
 def _partition(group: SeedGroup) -> dict[str, object]:
     """What decides each client's data, but the seed: two groups equal in it share a partition seed by seed."""
-    config = with_defaults(group.runs[0].config)
-    return {key: config.get(key) for key in PARTITION_KEYS if key != "seed"}
+    settings = partition_settings(with_defaults(group.runs[0].config))
+    settings.pop("seed", None)
+    return settings
 
 
 def render_paired_table(groups: Sequence[SeedGroup], reference: SeedGroup) -> str:
