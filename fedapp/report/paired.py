@@ -23,6 +23,7 @@ PAIRED_HEADER = [
     "mean ± std",
     "higher in",
     "worst client − reference",
+    "clients higher / lower / equal",
     "train FLOPs to target ÷ reference",
     "MB to target ÷ reference",
 ]
@@ -82,6 +83,21 @@ def _fmt_signed(values: Sequence[float], digits: int = 4) -> str:
     return f"{mean:+.{digits}f}" if count == 1 else f"{mean:+.{digits}f} ± {std:.{digits}f}"
 
 
+def _client_counts(pairs: Sequence[tuple[ReportRow, ReportRow]]) -> str:
+    """Over the seeds both ran, the clients whose own last-round accuracy is above, below and equal to
+    theirs in the reference run: a mean can move on a few clients (the count says whether it did)."""
+    diffs = [
+        row.client_acc[client] - ref.client_acc[client]
+        for row, ref in pairs
+        for client in row.client_acc
+        if client in ref.client_acc
+    ]
+    if not diffs:
+        return MISSING
+    tie = 1e-9  # accuracies are ratios of counts: equal ones subtract to float rounding at most
+    return f"{sum(d > tie for d in diffs)} / {sum(d < -tie for d in diffs)} / {sum(abs(d) <= tie for d in diffs)}"
+
+
 def _cost_ratio(pairs: Sequence[tuple[ReportRow, ReportRow]], attribute: str) -> str:
     """Mean ± std of the per-seed ratio, over the seeds where both reached the target (reached/paired)."""
     ratios = []
@@ -124,6 +140,7 @@ def render_paired_table(groups: Sequence[SeedGroup], reference: SeedGroup) -> st
                 _fmt_signed(diffs),
                 f"{sum(diff > 0 for diff in diffs)} of {len(diffs)}",
                 _fmt_signed([row.acc_worst - ref.acc_worst for row, ref in pairs]),
+                _client_counts(pairs),
                 _cost_ratio(pairs, "flops_to_target"),
                 _cost_ratio(pairs, "mb_to_target"),
             ]
@@ -140,7 +157,9 @@ def paired_section(groups: Sequence[SeedGroup], reference: SeedGroup) -> list[st
         "Each setting's last-round figures minus the reference's on the same seed (same partition; settings on "
         "other data are left out), then mean ± "
         "sample std over the seeds both ran; 'higher in' counts the seeds where the setting's mean accuracy is "
-        "above the reference's. Cost ratios are per seed, over the seeds where both reached the target.",
+        "above the reference's; the clients' counts compare each client's own last-round accuracy with the "
+        "same client's in the reference run, over the paired seeds. Cost ratios are per seed, over the seeds "
+        "where both reached the target.",
         "",
         render_paired_table(groups, reference),
     ]

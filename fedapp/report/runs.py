@@ -66,6 +66,8 @@ class ReportRow:
         None if the target was not reached or the run did not record them.
     domain_acc : Mapping[str, float]
         Domain name -> mean accuracy of its evaluated clients, from the latest round that has it.
+    client_acc : Mapping[str, float]
+        Partition id -> that client's accuracy in the last round (``client_acc``; empty when not recorded).
     mechanism : Mapping[str, float]
         The figures of :data:`MECHANISM_FIGURES` the run recorded, from the latest round that has each.
     curve_rounds, curve_acc_mean, curve_mb : tuple
@@ -95,6 +97,7 @@ class ReportRow:
     mb_to_target: float | None = None
     flops_to_target: float | None = None
     domain_acc: Mapping[str, float] = field(default_factory=dict)
+    client_acc: Mapping[str, float] = field(default_factory=dict)
     curve_rounds: tuple[int, ...] = ()
     curve_acc_mean: tuple[float, ...] = ()
     curve_mb: tuple[float, ...] = ()
@@ -282,6 +285,7 @@ def load_run(run_dir: Path, target: float | None = None) -> ReportRow:
         flops_to_target=flops_to,
         # A domain none of whose clients was evaluated may hold null: shown as '—'.
         domain_acc={str(name): float("nan" if value is None else value) for name, value in domain_acc.items()},
+        client_acc={str(name): float(value) for name, value in (last.get("client_acc") or {}).items()},
         curve_rounds=tuple(int(line["round"]) for line in lines),
         curve_acc_mean=tuple(acc),
         curve_mb=tuple(float(line["mb_cumulative"]) for line in lines),

@@ -101,6 +101,36 @@ def test_settings_on_other_data_are_not_paired_with_the_reference(tmp_path, caps
     assert rows["fedprox, alpha=0.1, class-assignment=first-deterministic"]["mean ± std"] == "+0.0500"
 
 
+def test_each_client_is_compared_with_itself_in_the_reference_run(tmp_path, capsys):
+    """A mean above the reference's can come from a few clients: the row counts, over the paired seeds,
+    the clients above, below and level with their own accuracy in the reference run (last round)."""
+    results = tmp_path / "runs"
+    last_round = {  # (method, seed) -> client_acc of the last round; round 1's must not count
+        ("fedavg", 0): {"0": 0.50, "1": 0.60, "2": 0.70},
+        ("fedavg", 1): {"0": 0.40, "1": 0.80, "2": 0.30},
+        ("fedprox", 0): {"0": 0.90, "1": 0.60, "2": 0.65},  # one higher, one level, one lower
+        ("fedprox", 1): {"0": 0.45, "1": 0.90, "2": 0.10, "3": 0.99},  # client 3 has no reference: left out
+    }
+    for (method, seed), clients in last_round.items():
+        config = {**BASE_CONFIG, "method": method, "seed": seed, "num-rounds": 2}
+        first = {name: 0.0 for name in clients}
+        write_run(
+            results, f"{method}-s{seed}", config, curve([0.5, 0.6], [10, 10], [1.0, 1.0], client_acc=[first, clients])
+        )
+    out = tmp_path / "report.md"
+    assert main([str(results), "--out", str(out), "--figure", "", "--paired-against", "fedavg"]) == 0
+    capsys.readouterr()
+    assert paired_rows(out.read_text())["fedprox"]["clients higher / lower / equal"] == "3 / 2 / 1"
+
+
+def test_runs_without_per_client_accuracy_have_no_client_counts(tmp_path, capsys):
+    results = write_grid(tmp_path / "runs")
+    out = tmp_path / "report.md"
+    assert main([str(results), "--out", str(out), "--figure", "", "--paired-against", "fedavg lr=0.05"]) == 0
+    capsys.readouterr()
+    assert paired_rows(out.read_text())["fedprox, lr=0.05"]["clients higher / lower / equal"] == "—"
+
+
 def test_a_setting_that_never_reaches_the_target_has_no_cost_ratio(tmp_path):
     results = write_grid(tmp_path / "runs")
     rows = report_rows(report.expand_run_dirs([results]), target=0.78)
@@ -108,7 +138,7 @@ def test_a_setting_that_never_reaches_the_target_has_no_cost_ratio(tmp_path):
     table = report.render_paired_table(groups, report.select_reference(groups, "fedavg lr=0.05"))
     # At 0.78 the reference reaches it in seed 1 only, fedprox in seeds 1 and 2: one seed has both (round 3).
     prox = next(line for line in table.splitlines() if line.startswith("| fedprox"))
-    assert prox.endswith("| 3.00× (1/3) | 2.00× (1/3) |")
+    assert prox.endswith("| — | 3.00× (1/3) | 2.00× (1/3) |")
     lone = next(line for line in table.splitlines() if line.startswith("| fedavg, lr=0.1"))
     assert lone.endswith("| — (0/1) | — (0/1) |")
 
