@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedapp import report
 from tests.paths import BENCHMARKS
 
 RECORDS = BENCHMARKS / "claims-runs"
@@ -50,3 +51,28 @@ def test_the_readme_commands_tabulate_every_record(tmp_path: Path) -> None:
         assert not missing, missing
         if "--paired-against" in command:
             assert "## Paired over seeds, against " in table
+
+
+def test_the_family_c_tables_pair_seeds_as_the_report_does() -> None:
+    """CLAIMS' one-machine Family C tables come from benchmarks/claims_family_c.py; its round-10
+    differences and client counts must be the report's paired ones (FedD2P against B1 at α = 0.1)."""
+    script = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "claims_family_c.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    alpha01 = script.split("α = 10, round 10:")[0]
+    cells = next(line for line in alpha01.splitlines() if line.startswith("| FedD2P − B1 (standalone) |")).split("|")
+    groups = report.group_by_seed(report.report_rows(report.expand_run_dirs([RECORDS / "family-c"])))
+    reference = report.select_reference(groups, "standalone alpha=0.1 num-rounds=10")
+    table = report.render_paired_table(groups, reference)
+    row = next(
+        line
+        for line in table.splitlines()
+        if line.startswith("| fedd2p, alpha=0.1, d2p-distil-temperature=0.0, d2p-generator=attention, num-rounds=10 |")
+    )
+    paired = dict(zip(report.PAIRED_HEADER, [cell.strip() for cell in row.split("|")[1:-1]], strict=True))
+    assert cells[3].strip().replace("−", "-") == paired["mean ± std"]
+    assert cells[6].strip() == paired["clients higher / lower / equal"]
