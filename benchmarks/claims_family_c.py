@@ -1,6 +1,6 @@
 """CLAIMS.md's one-machine Family C tables, from the run records in ``benchmarks/claims-runs/family-c``.
 
-    python benchmarks/claims_family_c.py [RECORDS_DIR]
+    python benchmarks/claims_family_c.py [--claims] [RECORDS_DIR]
 
 Prints, for α = 0.1 and α = 10, one row per setting and seed (round-10 mean and worst client,
 the mean of rounds 8-10, the mechanism's figures and round 1), mean ± std over seeds, then each
@@ -8,6 +8,11 @@ claim's difference paired seed by seed at round 10 and over rounds 8-10, in how 
 first setting is higher, and its clients above / below / level with themselves in the other run.
 ``fedapp-report --paired-against`` gives the round-10 differences and client counts too; the
 rounds 8-10 means are this script's alone.
+
+``--claims`` prints the paper's claims instead, one row per claim and α, beside the paper's CIFAR-10
+figures, with a verdict by one rule: a claim "a beats b" holds when a is above b in every seed both
+at round 10 and over rounds 8-10, is reversed when a is below b in every seed at both, and has no
+consistent order otherwise (seeds, or round 10 and rounds 8-10, disagree).
 """
 
 from __future__ import annotations
@@ -40,6 +45,20 @@ PAIRS = [
     ("B2 (fedd2p-agg)", "B1 (standalone)"),
     ("B3 (fedd2p-gt)", "B1 (standalone)"),
     ("B3 (fedd2p-gt)", "B2 (fedd2p-agg)"),
+]
+PAPER_CIFAR10 = {  # FedD2P paper, Table 1, CIFAR-10: (α = 0.1, α = 10)
+    "FedD2P": (75.95, 77.36),
+    "B1 (standalone)": (66.16, 67.25),
+    "B2 (fedd2p-agg)": (68.35, 70.39),
+    "B3 (fedd2p-gt)": (74.01, 73.21),
+}
+CLAIMS = [  # the paper's claim: (a, b) for "a beats b"
+    ("FedD2P beats B1", ("FedD2P", "B1 (standalone)")),
+    ("FedD2P beats B2", ("FedD2P", "B2 (fedd2p-agg)")),
+    ("FedD2P beats B3", ("FedD2P", "B3 (fedd2p-gt)")),
+    ("B2 beats B1", ("B2 (fedd2p-agg)", "B1 (standalone)")),
+    ("B3 beats B2", ("B3 (fedd2p-gt)", "B2 (fedd2p-agg)")),
+    ("the attention generator beats an MLP generator", ("FedD2P", "FedD2P, MLP generator")),
 ]
 Rounds = list[dict]
 
@@ -96,6 +115,21 @@ def setting_rows(found: dict[str, dict[int, Rounds]]) -> list[str]:
     return out
 
 
+def paired(found: dict[str, dict[int, Rounds]], a: str, b: str) -> tuple[list[int], list[float], list[float], str]:
+    """Seeds both settings ran, a − b per seed at round 10 and over rounds 8-10, and its clients'
+    counts higher / lower / equal (each client against itself in b's run of the same seed)."""
+    seeds = sorted(set(found[a]) & set(found[b]))
+    at10 = [found[a][s][ROUNDS - 1]["acc_mean"] - found[b][s][ROUNDS - 1]["acc_mean"] for s in seeds]
+    over3 = [last3(found[a][s]) - last3(found[b][s]) for s in seeds]
+    clients = [
+        found[a][s][ROUNDS - 1]["client_acc"][k] - found[b][s][ROUNDS - 1]["client_acc"][k]
+        for s in seeds
+        for k in found[a][s][ROUNDS - 1]["client_acc"]
+    ]
+    counts = (sum(d > 1e-9 for d in clients), sum(d < -1e-9 for d in clients), sum(abs(d) <= 1e-9 for d in clients))
+    return seeds, at10, over3, " / ".join(map(str, counts))
+
+
 def claim_rows(found: dict[str, dict[int, Rounds]]) -> list[str]:
     out = [
         "| claim | seeds | round 10, paired | rounds 8-10, paired | higher in "
@@ -103,30 +137,61 @@ def claim_rows(found: dict[str, dict[int, Rounds]]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for a, b in PAIRS:
-        seeds = sorted(set(found[a]) & set(found[b]))
-        if not seeds:
-            continue
-        at10 = [found[a][s][ROUNDS - 1]["acc_mean"] - found[b][s][ROUNDS - 1]["acc_mean"] for s in seeds]
-        over3 = [last3(found[a][s]) - last3(found[b][s]) for s in seeds]
-        clients = [
-            found[a][s][ROUNDS - 1]["client_acc"][k] - found[b][s][ROUNDS - 1]["client_acc"][k]
-            for s in seeds
-            for k in found[a][s][ROUNDS - 1]["client_acc"]
-        ]
-        counts = (sum(d > 1e-9 for d in clients), sum(d < -1e-9 for d in clients), sum(abs(d) <= 1e-9 for d in clients))
-        out.append(
-            f"| {a} − {b} | {', '.join(map(str, seeds))} | {mean_std(at10, True)} | {mean_std(over3, True)} | "
-            f"{sum(d > 0 for d in at10)}/{len(at10)} | {' / '.join(map(str, counts))} |"
-        )
+        seeds, at10, over3, counts = paired(found, a, b)
+        if seeds:
+            out.append(
+                f"| {a} − {b} | {', '.join(map(str, seeds))} | {mean_std(at10, True)} | {mean_std(over3, True)} | "
+                f"{sum(d > 0 for d in at10)}/{len(at10)} | {counts} |"
+            )
+    return out
+
+
+def verdict(at10: list[float], over3: list[float]) -> str:
+    """The module docstring's rule: every seed above at round 10 and over rounds 8-10, or every seed below."""
+    if all(d > 0 for d in at10 + over3):
+        return "**holds**"
+    if all(d < 0 for d in at10 + over3):
+        return "**does not hold**: reversed"
+    return "**does not hold**: no consistent order (seeds or rounds 8-10 disagree)"
+
+
+def paper_claim_rows(by_alpha: dict[float, dict[str, dict[int, Rounds]]]) -> list[str]:
+    out = [
+        "| claim | α | paper (CIFAR-10, %) | ours: a − b, round 10 | rounds 8-10 | seeds a higher "
+        "| devices a higher / lower / equal | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for claim, (a, b) in CLAIMS:
+        for column, (alpha, found) in enumerate(by_alpha.items()):
+            seeds, at10, over3, counts = paired(found, a, b)
+            if not seeds:
+                continue
+            paper = (
+                f"{PAPER_CIFAR10[a][column]} against {PAPER_CIFAR10[b][column]}"
+                if a in PAPER_CIFAR10 and b in PAPER_CIFAR10
+                else "Fig. 2(b)"
+            )
+            out.append(
+                f"| {claim} | {alpha:g} | {paper} | {mean_std(at10, True)} | {mean_std(over3, True)} | "
+                f"{sum(d > 0 for d in at10)} of {len(at10)} | {counts} | {verdict(at10, over3)} |"
+            )
     return out
 
 
 def main(argv: list[str]) -> int:
-    records = Path(argv[0]) if argv else RECORDS
-    for alpha, title in ((0.1, "α = 0.1"), (10.0, "α = 10")):
-        found = {label: seed_records(records, setting[0], alpha, setting[1]) for label, setting in SETTINGS.items()}
+    claims = "--claims" in argv
+    paths = [arg for arg in argv if arg != "--claims"]
+    records = Path(paths[0]) if paths else RECORDS
+    by_alpha = {
+        alpha: {label: seed_records(records, setting[0], alpha, setting[1]) for label, setting in SETTINGS.items()}
+        for alpha in (0.1, 10.0)
+    }
+    if claims:
+        print("\n".join(line.replace("-0.", "−0.") for line in paper_claim_rows(by_alpha)))
+        return 0
+    for alpha, found in by_alpha.items():
         table = [*setting_rows(found), "", *claim_rows(found)]
-        print(f"\n{title}, round {ROUNDS}:\n\n" + "\n".join(line.replace("-0.", "−0.") for line in table))
+        print(f"\nα = {alpha:g}, round {ROUNDS}:\n\n" + "\n".join(line.replace("-0.", "−0.") for line in table))
     return 0
 
 

@@ -76,3 +76,26 @@ def test_the_family_c_tables_pair_seeds_as_the_report_does() -> None:
     paired = dict(zip(report.PAIRED_HEADER, [cell.strip() for cell in row.split("|")[1:-1]], strict=True))
     assert cells[3].strip().replace("−", "-") == paired["mean ± std"]
     assert cells[6].strip() == paired["clients higher / lower / equal"]
+
+
+def test_each_family_c_claim_verdict_follows_its_paired_figures() -> None:
+    """``--claims`` gives each paper claim the verdict its own paired figures call for: holds only
+    when every seed is above at round 10 and over rounds 8-10, reversed only when every seed is below."""
+    script = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "claims_family_c.py"), "--claims"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    rows = [line.split("|")[1:-1] for line in script.splitlines() if line.startswith("| FedD2P beats")]
+    assert {row[1].strip() for row in rows} == {"0.1", "10"}
+    for row in rows:
+        seeds_higher, seeds = (int(n) for n in row[5].split(" of "))
+        at10 = float(row[3].split("±")[0].replace("−", "-"))
+        if "holds**" in row[7] and "not" not in row[7]:
+            assert seeds_higher == seeds and at10 > 0
+        elif "reversed" in row[7]:
+            assert seeds_higher == 0 and at10 < 0
+        else:
+            assert "no consistent order" in row[7]
