@@ -17,6 +17,7 @@ consistent order otherwise (seeds, or round 10 and rounds 8-10, disagree).
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -179,14 +180,17 @@ def paper_claim_rows(by_alpha: dict[float, dict[str, dict[int, Rounds]]]) -> lis
 
 
 def main(argv: list[str]) -> int:
-    claims = "--claims" in argv
-    paths = [arg for arg in argv if arg != "--claims"]
-    records = Path(paths[0]) if paths else RECORDS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("records", nargs="?", type=Path, default=RECORDS, help="the Family C run records")
+    parser.add_argument("--claims", action="store_true", help="the paper's claims with their verdicts")
+    args = parser.parse_args(argv)
+    if not args.records.is_dir():
+        parser.error(f"no folder of run records at {args.records}")
     by_alpha = {
-        alpha: {label: seed_records(records, setting[0], alpha, setting[1]) for label, setting in SETTINGS.items()}
+        alpha: {label: seed_records(args.records, setting[0], alpha, setting[1]) for label, setting in SETTINGS.items()}
         for alpha in (0.1, 10.0)
     }
-    if claims:
+    if args.claims:
         print("\n".join(line.replace("-0.", "−0.") for line in paper_claim_rows(by_alpha)))
         return 0
     for alpha, found in by_alpha.items():

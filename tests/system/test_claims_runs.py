@@ -99,3 +99,16 @@ def test_each_family_c_claim_verdict_follows_its_paired_figures() -> None:
             assert seeds_higher == 0 and at10 < 0
         else:
             assert "no consistent order" in row[7]
+
+
+def test_the_family_c_script_names_a_missing_records_folder(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-records"
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "claims_family_c.py"), "--claims", str(missing)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert f"no folder of run records at {missing}" in result.stderr
