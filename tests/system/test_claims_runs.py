@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -112,3 +113,17 @@ def test_the_family_c_script_names_a_missing_records_folder(tmp_path: Path) -> N
     )
     assert result.returncode == 2
     assert f"no folder of run records at {missing}" in result.stderr
+
+
+def test_a_claim_whose_seeds_agree_at_round_10_but_not_over_rounds_8_to_10_has_no_consistent_order() -> None:
+    """The rule reads both figures: FedD2P − B1 at α = 0.1 is below in every seed at round 10, but
+    one seed is above over rounds 8-10, so it is neither held nor reversed."""
+    spec = importlib.util.spec_from_file_location("claims_family_c", BENCHMARKS / "claims_family_c.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.verdict([-0.0708, -0.0266, -0.0310], [-0.0508, -0.0231, 0.0006]).endswith(
+        "no consistent order (seeds or rounds 8-10 disagree)"
+    )
+    assert script.verdict([-0.0708, -0.0266, -0.0310], [-0.0508, -0.0231, -0.0006]) == "**does not hold**: reversed"
+    assert script.verdict([0.0016, 0.0404, 0.0166], [0.0067, 0.0470, 0.0199]) == "**holds**"
+    assert script.verdict([0.0016, 0.0404, 0.0166], [0.0067, -0.0470, 0.0199]).startswith("**does not hold**: no")
