@@ -136,16 +136,29 @@ class FedAppClient(NumPyClient):
         :meth:`input_batch` of images and returns logits over the client's classes."""
         raise NotImplementedError
 
-    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
-        """Test ``module`` (:meth:`inference_module`'s) on this client's test split; the
-        method's further metrics beside ``accuracy`` (default none)."""
-        return self.test_model(module), {}
+    def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
+        """Test ``module`` (:meth:`inference_module`'s) on this client's ``split`` (``test``, or
+        ``val``: the share of its own data it holds back from training); the method's further
+        metrics beside ``accuracy`` (default none)."""
+        return self.test_model(module, self.data.splits[split].tensors), {}
 
     def evaluate(self, parameters: Arrays, config: dict) -> tuple[float, int, dict]:
         module = self.inference_module(parameters)
-        result, extra = self.score(module, parameters)
+        result, extra = self.score(module, parameters, "test")
+        validation = self.validation_metrics(module, parameters)
         exported = self.export_model(module, int(config.get("server-round", 0)))
-        return result.loss, result.num_examples, {**self.eval_metrics(result), **extra, **exported}
+        return result.loss, result.num_examples, {**self.eval_metrics(result), **extra, **validation, **exported}
+
+    def validation_metrics(self, module: nn.Module, parameters: Arrays) -> dict[str, float]:
+        """The same model scored on the client's validation split, as ``val_accuracy`` (and
+        ``val_<reading>_accuracy`` for a method that reports several readings): what a sweep
+        selects on, so that no choice is made on the test data. Empty when the client holds
+        no validation data (``local-split`` with a zero validation share)."""
+        if not len(self.data.splits["val"]):
+            return {}
+        result, extra = self.score(module, parameters, "val")
+        readings = {f"val_{key}": value for key, value in extra.items() if key.endswith("_accuracy")}
+        return {"val_accuracy": result.accuracy, **readings}
 
     def input_batch(self, images_uint8: np.ndarray) -> torch.Tensor:
         """``(N, H, W, 3)`` uint8 images as :meth:`inference_module`'s input: normalised

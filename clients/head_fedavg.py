@@ -37,6 +37,6 @@ class HeadFedAvgClient(VisualPromptClient):
         # No prompt layers: the bare backbone under the head, taking images like every visual-prompt model.
         return self.prompted(self.learner(parameters))
 
-    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+    def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
         # The head alone on the cached features: what the model computes on the images, once per process.
-        return self.test_model(module.prompts.head, self.features("test")), {}
+        return self.test_model(module.prompts.head, self.features(split)), {}

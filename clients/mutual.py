@@ -36,7 +36,8 @@ class MutualClient(FedAppClient):
         # The private model is what the client predicts with; the shared one is scored beside it.
         return self.load_personal_model()
 
-    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
-        result = self.test_model(module)
-        shared = self.test_model(self._shared(parameters))
+    def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
+        data = self.data.splits[split].tensors
+        result = self.test_model(module, data)
+        shared = self.test_model(self._shared(parameters), data)
         return result, {"shared_accuracy": shared.accuracy}

@@ -85,12 +85,12 @@ class PEPFedPTClient(VisualPromptClient):
     def inference_module(self, parameters: Arrays) -> PromptedViT:
         return self._model(parameters)
 
-    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
-        # The mixing on the test images too: how often its top class is the label, which bounds the
+    def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
+        # The mixing on the scored images too: how often its top class is the label, which bounds the
         # accuracy once trained class prompts decide the class (the oracle mixer scores 1.0 then).
-        test = self.images("test")
-        with MixingRecorder(module, test.y) as mixing:
-            result = self.test_model(module, test, forward=labelled_forward)
+        images = self.images(split)
+        with MixingRecorder(module, images.y) as mixing:
+            result = self.test_model(module, images, forward=labelled_forward)
         return result, mixing.figures()
 
 

@@ -44,12 +44,14 @@ class PFedLoRAClient(FedAppClient):
             return self.load_personal_model()
         return pfedlora.PFedLoRAPredictor(self._net(parameters), self.config.pfedlora_inference, self.config.mu)
 
-    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+    def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
         """The configured reading's result, and every reading's accuracy beside it, every round."""
         net = module.net if isinstance(module, pfedlora.PFedLoRAPredictor) else self._net(parameters, module)
         results = {
             reading: evaluate(
-                pfedlora.PFedLoRAPredictor(net, reading, self.config.mu), self.data.test, device=self.device
+                pfedlora.PFedLoRAPredictor(net, reading, self.config.mu),
+                self.data.splits[split].tensors,
+                device=self.device,
             )
             for reading in pfedlora.INFERENCE_READINGS
         }

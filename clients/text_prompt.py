@@ -79,11 +79,11 @@ class PromptClient(FedAppClient):
     def inference_module(self, parameters: Arrays) -> ImageClassifier:
         return ImageClassifier(self.clip, self.prompt_classifier(parameters, self.encoder))
 
-    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
+    def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
         """Test the classifier on the cached features of the client's classes; under base-to-novel
-        also over the novel classes it never trained on (their names are new prompts)."""
-        result = self.test_model(module.classifier, self.features("test"))
-        if not self.data.novel_class_names:
+        also, on the test split, over the novel classes it never trained on (their names are new prompts)."""
+        result = self.test_model(module.classifier, self.features(split))
+        if not self.data.novel_class_names or split != "test":
             return result, {}
         novel = self.prompt_classifier(parameters, _encoder(self.clip, self.data.novel_class_names))
         return result, {"novel_accuracy": self.test_model(novel, self.features("test_novel")).accuracy}

@@ -73,8 +73,8 @@ class VisualPromptClient(FedAppClient):
         result = self.train_model(model, server_round, loss_fn, params=params, data=data, lr_scale=lr_scale)
         return self.fit_metrics(result)
 
-    def score(self, module: nn.Module, parameters: Arrays) -> tuple[EvalResult, dict[str, float]]:
-        return self.test_model(module, self.images("test")), {}
+    def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
+        return self.test_model(module, self.images(split)), {}
 
     def input_batch(self, images_uint8: np.ndarray) -> torch.Tensor:
         """Images normalised with the backbone's statistics, at their own size (the prompted

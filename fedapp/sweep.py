@@ -18,6 +18,13 @@ kept personal state in memory (``state = "memory"``), which ended with that atte
 pass ``state="disk"`` in ``--run-config`` to make such runs resumable. A failing run is reported
 and the sweep goes on. At the end ``report.md`` and ``report.png`` in the results
 folder tabulate the finished runs, with mean ± std over seeds (``fedapp-report``).
+
+With ``--select``, the sweep chooses each method's grid point on validation data instead
+(:mod:`fedapp.report.selection`: the clients' accuracy on data of their own held back from
+training, averaged over the last ``--select-last-rounds`` rounds and over the seeds), writes the
+choice and every point's validation figures to ``selection.json`` and ``selection.md``, and
+reports only the chosen points' runs: no other point's test accuracy is read. Run the grid on a
+seed that no reported figure uses, then the chosen point on the reported seeds.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from fedapp.config import resume_loses_personal_state, same_setting_key, setting
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
 from fedapp.report import expand_run_dirs, write_report
+from fedapp.report.selection import Candidate, render_selection, select
 from fedapp.runfolder import check_writable_folders, is_set_aside, set_aside
 
 __all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
@@ -49,10 +57,13 @@ __all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
 
 @dataclass(frozen=True)
 class SweepRun:
-    """One point of the grid, validated: its folder name and its prepared run."""
+    """One point of the grid, validated: its folder name and its prepared run, the method and
+    grid values it runs (what a selection compares) and its seed."""
 
     name: str
     prepared: PreparedRun
+    method: str = ""
+    point: tuple[tuple[str, Any], ...] = ()
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
@@ -168,7 +179,12 @@ def _plan_run(
     if not (results_dir / name).exists():
         # The same run made by an earlier version, under the name that version gave it.
         name = existing.get((same_setting_key(config), int(seed)), name)
-    return SweepRun(name=name, prepared=prepare_run({**prepared.overrides, "run-name": name}))
+    return SweepRun(
+        name=name,
+        prepared=prepare_run({**prepared.overrides, "run-name": name}),
+        method=str(config["method"]),
+        point=tuple(point.items()),
+    )
 
 
 def _existing_runs(results_dir: Path) -> dict[tuple[str, int], str]:
@@ -245,6 +261,27 @@ def run_sweep(
     return finished, failed
 
 
+def write_selection(
+    runs: Sequence[SweepRun], finished: Sequence[Path], results_dir: Path, last_rounds: int
+) -> list[Path]:
+    """Choose each method's point on validation (:func:`fedapp.report.selection.select`) among the
+    finished runs, write ``selection.json`` and ``selection.md`` into ``results_dir``, and return
+    the chosen points' run folders."""
+    done = {path.resolve() for path in finished}
+    grouped: dict[tuple[str, tuple[tuple[str, Any], ...]], list[Path]] = {}
+    for run in runs:
+        if run.prepared.run_dir.resolve() in done:
+            grouped.setdefault((run.method, run.point), []).append(run.prepared.run_dir)
+    candidates = [Candidate(method, dict(point), tuple(dirs)) for (method, point), dirs in grouped.items()]
+    selections = select(candidates, last_rounds)
+    (results_dir / "selection.json").write_text(json.dumps([sel.as_dict() for sel in selections], indent=2) + "\n")
+    (results_dir / "selection.md").write_text(render_selection(selections) + "\n")
+    for selection in selections:
+        chosen = selection.chosen
+        print(f"[sweep] {selection.method}: chose {dict(chosen.candidate.point)} (val acc {chosen.score:.4f})")
+    return [path for selection in selections for path in selection.chosen.candidate.run_dirs]
+
+
 def _int_list(text: str, flag: str) -> list[int]:
     try:
         return [int(item) for item in text.split(",") if item.strip()]
@@ -252,7 +289,7 @@ def _int_list(text: str, flag: str) -> list[int]:
         raise ConfigError(f"{flag} {text!r} is not a comma list of integers") from err
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results-dir", type=Path, required=True, help="folder of the sweep's run folders")
     parser.add_argument("--preset", help="YAML preset every run starts from")
@@ -263,9 +300,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cpus-per-client", type=int, default=1)
     parser.add_argument("--timeout", type=float, help="seconds one run may take before it is stopped")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--select",
+        action="store_true",
+        help="choose each method's grid point on the clients' validation accuracy (selection.json, selection.md)",
+    )
+    parser.add_argument(
+        "--select-last-rounds", type=int, default=1, help="rounds at the end of each run the selection averages"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         check_client_resources(args.cpus_per_client, 0.0)
+        if args.select_last_rounds < 1:
+            raise ConfigError(f"--select-last-rounds {args.select_last_rounds}: must be at least 1")
         base = parse_overrides(args.run_config)
         for owned in ("run-name", "results-dir", "seed", "method"):
             if owned in base and (owned != "method" or args.methods):
@@ -296,9 +347,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + signal.SIGINT
-    if finished:
+    reported = finished
+    if finished and args.select:
+        try:
+            reported = write_selection(runs, finished, args.results_dir, args.select_last_rounds)
+        except FedAppError as err:
+            print(f"error: no selection: {err}", file=sys.stderr)
+            return 1
+    if reported:
         out = args.results_dir / "report.md"
-        write_report(expand_run_dirs(finished), out, args.results_dir / "report.png", None)
+        write_report(expand_run_dirs(reported), out, args.results_dir / "report.png", None)
         print(f"[sweep] {len(finished)} of {len(runs)} runs finished; report: {out}")
     for name, error in failed:
         print(f"[sweep] FAILED {name}: {error}", file=sys.stderr)

@@ -39,8 +39,10 @@ from fedapp.tracking import open_tracker
 
 log = logging.getLogger("flwr.fedapp")
 
+#: Per-client accuracies: summarised per client (test, novel classes, validation), never weighted by examples.
+ACCURACIES = frozenset({"accuracy", "novel_accuracy", "val_accuracy"})
 #: Client metrics that are bookkeeping or already summarised elsewhere.
-NOT_AVERAGED = frozenset({"train_loss", "partition_id", "accuracy", "novel_accuracy", "train_flops", "server_round"})
+NOT_AVERAGED = frozenset({"train_loss", "partition_id", "train_flops", "server_round"}) | ACCURACIES
 
 EvaluateReplies = list[tuple[ClientProxy, EvaluateRes]]
 
@@ -147,9 +149,9 @@ def mean_metrics(replies: Sequence[tuple[Mapping[str, Scalar], int]], prefix: st
     return out
 
 
-def accuracy_stats(results: EvaluateReplies) -> AccuracyStats:
-    """Mean, worst and spread of the clients' reported test accuracies."""
-    return AccuracyStats.of([float(res.metrics.get("accuracy", math.nan)) for _, res in results])
+def accuracy_stats(results: EvaluateReplies, metric: str = "accuracy") -> AccuracyStats:
+    """Mean, worst and spread of the clients' reported test accuracies (or ``metric``'s)."""
+    return AccuracyStats.of([float(res.metrics.get(metric, math.nan)) for _, res in results])
 
 
 def evaluation_order(reply: tuple[ClientProxy, EvaluateRes]) -> tuple[float, int]:
@@ -189,16 +191,17 @@ def domain_accuracies(
     }
 
 
-def client_accuracies(results: EvaluateReplies) -> dict[str, float]:
+def client_accuracies(results: EvaluateReplies, metric: str = "accuracy") -> dict[str, float]:
     """Each evaluated client's accuracy keyed by its partition id (a string: the keys of a
-    JSON object), in partition order, for fairness analyses (``client_acc`` in metrics.jsonl).
+    JSON object), in partition order, for fairness analyses (``client_acc`` in metrics.jsonl;
+    ``metric = "val_accuracy"``: its validation accuracy, ``client_val_acc``).
 
     The partition is the ``partition_id`` a client reports with its accuracy
     (:meth:`clients.base.FedAppClient.eval_metrics`); a reply without either is left out.
     """
     by_partition: dict[int, float] = {}
     for _, res in results:
-        partition, accuracy = res.metrics.get("partition_id"), res.metrics.get("accuracy")
+        partition, accuracy = res.metrics.get("partition_id"), res.metrics.get(metric)
         if isinstance(partition, int | float) and isinstance(accuracy, int | float):
             by_partition[int(partition)] = float(accuracy)
     return {str(partition): by_partition[partition] for partition in sorted(by_partition)}
@@ -235,6 +238,9 @@ def summarize_evaluation(
     for key, replies in (("client_acc", results), ("held_out_client_acc", held_out)):
         if accuracies := client_accuracies(replies):
             extra[key] = accuracies
+    if (val := accuracy_stats(results, "val_accuracy")).clients:  # held back from training: what a sweep selects on
+        per_client = client_accuracies(results, "val_accuracy")
+        extra.update(val_acc_mean=val.mean, val_acc_worst=val.worst, val_clients=val.clients, client_val_acc=per_client)
     extra.update(novel_metrics(stats, results))
     domains = domain_accuracies(results, domain_of, domain_names)
     if domains:

@@ -50,6 +50,7 @@ def _main_table(rows: Sequence[ReportRow]) -> str:
                 table_cell(row.protocol),
                 "all" if row.shots == 0 else str(row.shots),
                 fmt_rounds(row.rounds, row.num_rounds),
+                fmt_acc(row.val_acc_mean),
                 fmt_acc(row.acc_mean),
                 fmt_acc(row.acc_worst),
                 fmt_acc(row.acc_std),

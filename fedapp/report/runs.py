@@ -47,6 +47,9 @@ class ReportRow:
         Rounds the run was configured for (``num-rounds``; None when its config lacks the key).
     acc_mean, acc_worst, acc_std : float
         Mean, worst and standard deviation of per-client accuracy in the last round.
+    val_acc_mean : float | None
+        Mean per-client accuracy on the clients' validation data in the last round (None when the
+        run recorded none: no validation share, or a run made before clients scored it).
     generalization : str
         The 'held-out / novel' cell: ``base … / novel … / HM …``, ``held-out …``, ``n/a: <note>`` or ``—``.
     held_out_acc_mean, novel_acc_mean, harmonic_mean : float | None
@@ -104,6 +107,7 @@ class ReportRow:
     config: Mapping[str, Any] = field(default_factory=dict)
     num_rounds: int | None = None
     mechanism: Mapping[str, float] = field(default_factory=dict)
+    val_acc_mean: float | None = None
 
 
 MECHANISM_FIGURES: tuple[str, ...] = (
@@ -270,6 +274,7 @@ def load_run(run_dir: Path, target: float | None = None) -> ReportRow:
         rounds=int(last["round"]),
         num_rounds=None if config.get("num-rounds") is None else int(config["num-rounds"]),
         acc_mean=float(last["acc_mean"]),
+        val_acc_mean=_number(last.get("val_acc_mean")),
         acc_worst=float(last["acc_worst"]),
         acc_std=float(last["acc_std"]),
         generalization=generalization,

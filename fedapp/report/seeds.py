@@ -113,6 +113,7 @@ def render_seed_table(groups: Sequence[SeedGroup]) -> str:
                 table_cell(group.setting),
                 f"{len(runs)} ({', '.join(map(str, group.seeds))})",
                 ", ".join(fmt_rounds(done, planned or None) for done, planned in rounds),
+                fmt_mean_std([r.val_acc_mean for r in runs]),
                 fmt_mean_std([r.acc_mean for r in runs]),
                 fmt_mean_std([r.acc_worst for r in runs]),
                 fmt_mean_std([r.acc_std for r in runs]),

@@ -13,9 +13,11 @@ NOT_REACHED = "not reached"
 MISSING = "—"
 
 # The figures of a run; the main table gives them per run, the seed table as mean ± std per setting.
-# 'rounds' is completed / configured (num-rounds): a run stopped early shows it.
+# 'rounds' is completed / configured (num-rounds): a run stopped early shows it. 'val acc' is the
+# clients' mean accuracy on the validation data they hold back from training (what a choice rests on).
 FIGURE_COLUMNS = [
     "rounds",
+    "val acc",
     "mean acc",
     "worst acc",
     "std acc",

@@ -92,9 +92,9 @@ def test_image_features_are_encoded_once_per_client_and_split():
     promptfl = client(PromptFLClient, config, 2, MemoryStateStore({}))
     promptfl.fit(context, {"server-round": 1})
     promptfl.evaluate(context, {"server-round": 1})
-    assert FEATURES.encode_count == before + 2  # train and test
+    assert FEATURES.encode_count == before + 3  # train, test and validation
     client(PromptFLClient, config, 2, MemoryStateStore({})).fit(context, {"server-round": 2})
-    assert FEATURES.encode_count == before + 2  # the next round reuses them
+    assert FEATURES.encode_count == before + 3  # the next round reuses them
 
 
 def test_backbones_with_different_token_widths_are_refused():
