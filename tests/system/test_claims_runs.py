@@ -1,8 +1,8 @@
-"""The run records that benchmarks/CLAIMS.md cites: complete, consistent, and tabulated by their README's command."""
+"""The claims' tables: complete records, every table of benchmarks/CLAIMS.md and the README equal to
+what ``python benchmarks/claims.py tables`` makes of them, and each verdict the rule's (issue 62)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedapp import report
-from tests.paths import BENCHMARKS
+from tests.paths import BENCHMARKS, ROOT, load_script
 
-RECORDS = BENCHMARKS / "claims-runs"
-COMMAND = re.compile(r"^fedapp-report benchmarks/claims-runs/\S+ .*$", re.MULTILINE)
+RECORDS = ROOT / "claims" / "records"
+COMMAND = re.compile(r"^fedapp-report claims/records/\S+ .*$", re.MULTILINE)
+claims = load_script("claims")
 
 
 def run_folders() -> list[Path]:
-    return sorted(path.parent for path in RECORDS.glob("*/*/summary.json"))
+    return sorted(path.parent for path in RECORDS.rglob("summary.json"))
 
 
-@pytest.mark.parametrize("run", run_folders(), ids=lambda path: f"{path.parent.name}/{path.name}")
+@pytest.mark.parametrize("run", run_folders(), ids=lambda path: str(path.relative_to(RECORDS)))
 def test_a_record_holds_every_round_of_its_run_and_its_summary_agrees(run: Path) -> None:
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "metrics.jsonl", "summary.json"]
     config = yaml.safe_load((run / "config.yaml").read_text())
@@ -37,12 +37,73 @@ def test_a_record_holds_every_round_of_its_run_and_its_summary_agrees(run: Path)
     assert run.name.startswith(f"{config['method']}-") and run.name.endswith(f"-s{config['seed']}")
 
 
-def test_the_readme_commands_tabulate_every_record(tmp_path: Path) -> None:
-    assert run_folders(), "no run records under benchmarks/claims-runs"
+def test_the_pages_tables_are_what_the_command_makes_of_the_records() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "claims.py"), "tables", "--check"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "up to date: nothing changed" in result.stdout
+
+
+def test_a_figure_typed_into_a_page_is_caught(tmp_path: Path, monkeypatch, capsys) -> None:
+    pages = {name: tmp_path / path.name for name, path in claims.PAGES.items()}
+    for name, path in claims.PAGES.items():
+        shutil.copy(path, pages[name])
+    text = pages["claims"].read_text()
+    figure = re.search(r"\| (0\.\d{4}) \|", text.split("<!-- claims:family-c -->")[1]).group(1)
+    pages["claims"].write_text(text.replace(f"| {figure} |", "| 0.9999 |", 1))
+    monkeypatch.setattr(claims, "PAGES", pages)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    assert claims.main(["tables", "--check"]) == 1
+    assert "CLAIMS.md differ from the records' tables" in capsys.readouterr().err
+    assert claims.main(["tables", "--write"]) == 0
+    assert claims.main(["tables", "--check"]) == 0
+
+
+def test_every_verdict_on_the_page_follows_its_interval() -> None:
+    """The rule stated before the tables: holds when the interval is above 0, reversed below, not
+    resolved across it; the rule is stated before the first table."""
+    text = claims.PAGES["claims"].read_text()
+    assert text.index("## The rule, stated before the runs") < text.index("<!-- claims:family-")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "**" in line and " [" in line]
+    assert rows, "no claim row with an interval on the page"
+    for row in rows:
+        interval = re.search(r"\[([^\]]+)\]", row).group(1).replace("−", "-").replace("×", "")
+        low, high = (float(x) for x in interval.split(", "))
+        origin = 1.0 if "b/a ×" in row else 0.0
+        verdict = re.search(r"\*\*([a-z ]+)\*\*", row).group(1)
+        expected = "holds" if low > origin else "reversed" if high < origin else "not resolved"
+        assert verdict == expected, row
+
+
+def test_claims_md_is_a_page_a_reader_reads_in_two_minutes() -> None:
+    text = claims.PAGES["claims"].read_text()
+    assert len(text.encode()) <= 30_000
+    assert "## Where our setting departs from the papers'" in text
+    assert "momentum 0.9 ours" in text
+
+
+def test_a_selection_seed_record_in_a_reported_folder_is_refused(tmp_path: Path) -> None:
+    spec = yaml.safe_load((ROOT / "claims" / "family-b.yaml").read_text())
+    source = next(path for path in run_folders() if path.parent.name == "family-b")
+    shutil.copytree(source, tmp_path / "records" / source.name)
+    config = yaml.safe_load((tmp_path / "records" / source.name / "config.yaml").read_text())
+    (tmp_path / "records" / source.name / "config.yaml").write_text(yaml.safe_dump({**config, "seed": 100}))
+    spec.update(records="records", select={"seed": 100, "group": "pathological", "grids": {}})
+    (tmp_path / "family-b.yaml").write_text(yaml.safe_dump(spec, allow_unicode=True))
+    family = claims.load_family(tmp_path / "family-b.yaml")
+    with pytest.raises(claims.ClaimsError, match="seed 100 chose the settings; no table may report it"):
+        claims.family_block(family)
+
+
+def test_the_records_readme_commands_tabulate_every_record(tmp_path: Path) -> None:
     commands = [shlex.split(match.group(0)) for match in COMMAND.finditer((RECORDS / "README.md").read_text())]
-    assert commands, "no fedapp-report command in benchmarks/claims-runs/README.md"
-    # The commands in the README, verbatim, from a copy of the records (the report writes beside its cwd).
-    shutil.copytree(RECORDS, tmp_path / "benchmarks" / "claims-runs")
+    assert commands, "no fedapp-report command in claims/records/README.md"
+    shutil.copytree(RECORDS, tmp_path / "claims" / "records")
     report_cli = Path(sys.executable).parent / commands[0][0]
     for command in commands:
         subprocess.run([str(report_cli), *command[1:]], cwd=tmp_path, check=True, capture_output=True, timeout=300)
@@ -50,80 +111,3 @@ def test_the_readme_commands_tabulate_every_record(tmp_path: Path) -> None:
         family = Path(command[1]).name
         missing = [run.name for run in run_folders() if run.parent.name == family and f"| {run.name} |" not in table]
         assert not missing, missing
-        if "--paired-against" in command:
-            assert "## Paired over seeds, against " in table
-
-
-def test_the_family_c_tables_pair_seeds_as_the_report_does() -> None:
-    """CLAIMS' one-machine Family C tables come from benchmarks/claims_family_c.py; its round-10
-    differences and client counts must be the report's paired ones (FedD2P against B1 at α = 0.1)."""
-    script = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "claims_family_c.py")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    alpha01 = script.split("α = 10, round 10:")[0]
-    cells = next(line for line in alpha01.splitlines() if line.startswith("| FedD2P − B1 (standalone) |")).split("|")
-    groups = report.group_by_seed(report.report_rows(report.expand_run_dirs([RECORDS / "family-c"])))
-    reference = report.select_reference(groups, "standalone alpha=0.1 num-rounds=10")
-    table = report.render_paired_table(groups, reference)
-    row = next(
-        line
-        for line in table.splitlines()
-        if line.startswith("| fedd2p, alpha=0.1, d2p-distil-temperature=0.0, d2p-generator=attention, num-rounds=10 |")
-    )
-    paired = dict(zip(report.PAIRED_HEADER, [cell.strip() for cell in row.split("|")[1:-1]], strict=True))
-    assert cells[3].strip().replace("−", "-") == paired["mean ± std"]
-    assert cells[6].strip() == paired["clients higher / lower / equal"]
-
-
-def test_each_family_c_claim_verdict_follows_its_paired_figures() -> None:
-    """``--claims`` gives each paper claim the verdict its own paired figures call for: holds only
-    when every seed is above at round 10 and over rounds 8-10, reversed only when every seed is below."""
-    script = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "claims_family_c.py"), "--claims"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    rows = [line.split("|")[1:-1] for line in script.splitlines() if line.startswith("| FedD2P beats")]
-    assert {row[1].strip() for row in rows} == {"0.1", "10"}
-    for row in rows:
-        seeds_higher, seeds = (int(n) for n in row[5].split(" of "))
-        at10 = float(row[3].split("±")[0].replace("−", "-"))
-        if "holds**" in row[7] and "not" not in row[7]:
-            assert seeds_higher == seeds and at10 > 0
-        elif "reversed" in row[7]:
-            assert seeds_higher == 0 and at10 < 0
-        else:
-            assert "no consistent order" in row[7]
-
-
-def test_the_family_c_script_names_a_missing_records_folder(tmp_path: Path) -> None:
-    missing = tmp_path / "no-such-records"
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "claims_family_c.py"), "--claims", str(missing)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2
-    assert f"no folder of run records at {missing}" in result.stderr
-
-
-def test_a_claim_whose_seeds_agree_at_round_10_but_not_over_rounds_8_to_10_has_no_consistent_order() -> None:
-    """The rule reads both figures: FedD2P − B1 at α = 0.1 is below in every seed at round 10, but
-    one seed is above over rounds 8-10, so it is neither held nor reversed."""
-    spec = importlib.util.spec_from_file_location("claims_family_c", BENCHMARKS / "claims_family_c.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.verdict([-0.0708, -0.0266, -0.0310], [-0.0508, -0.0231, 0.0006]).endswith(
-        "no consistent order (seeds or rounds 8-10 disagree)"
-    )
-    assert script.verdict([-0.0708, -0.0266, -0.0310], [-0.0508, -0.0231, -0.0006]) == "**does not hold**: reversed"
-    assert script.verdict([0.0016, 0.0404, 0.0166], [0.0067, 0.0470, 0.0199]) == "**holds**"
-    assert script.verdict([0.0016, 0.0404, 0.0166], [0.0067, -0.0470, 0.0199]).startswith("**does not hold**: no")
