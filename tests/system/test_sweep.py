@@ -83,3 +83,32 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     section = (tmp_path / "paired.md").read_text().split("## Paired over seeds, against standalone")[1]
     fedavg_row = next(line for line in section.splitlines() if line.startswith("| fedavg"))
     assert "| 2 (0, 1) |" in fedavg_row and " of 2 |" in fedavg_row
+
+
+SELECT_COMMAND = re.compile(r"^python -m fedapp\.sweep --results-dir results/select-demo .*$", re.MULTILINE)
+
+
+def test_the_documented_selection_chooses_on_validation_and_reports_the_chosen_point_only(tmp_path: Path, request):
+    """docs/protocols.md's --select command, verbatim: each point's validation figures and the choice
+    recorded, the report holding the chosen point's run alone (issue 62)."""
+    tmp = Path(tempfile.mkdtemp(prefix="select-"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    env = {**os.environ, "TMPDIR": str(tmp), "FLWR_TELEMETRY_ENABLED": "0"}
+    docs = (ROOT / "docs" / "protocols.md").read_text()
+    command = [sys.executable, *shlex.split(SELECT_COMMAND.search(docs).group(0))[1:]]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = tmp_path / "results" / "select-demo"
+    [record] = json.loads((results / "selection.json").read_text())
+    scores = {point["point"]["lr"]: point["val_score"] for point in record["points"]}
+    assert set(scores) == {0.1, 0.01} and record["chosen"] == {"lr": max(scores, key=scores.get)}
+    for point in record["points"]:
+        [run] = point["runs"]
+        last = read_metrics(results / run / "metrics.jsonl")[-1]
+        assert point["val_per_run"] == [last["val_acc_mean"]]  # the figure the choice rests on, as recorded
+    chosen_run = next(p["runs"][0] for p in record["points"] if p["point"] == record["chosen"])
+    other_run = next(p["runs"][0] for p in record["points"] if p["point"] != record["chosen"])
+    report = (results / "report.md").read_text()
+    assert f"| {chosen_run} |" in report and other_run not in report
+    assert f"chose {record['chosen']}" in done.stdout
+    assert superlink_pids(tmp) == []
