@@ -69,7 +69,8 @@ class SweepRun:
 def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
     """``['lr=[0.01, 0.03]', 'partition="iid"']`` -> ``{'lr': [0.01, 0.03], 'partition': ['iid']}``.
 
-    Each item is ``key=<TOML value>``; an array gives the axis' values, anything else one value.
+    Each item is ``key=<TOML value>``; an array gives the axis' values (a value repeated counts
+    once), anything else one value.
 
     Raises
     ------
@@ -88,6 +89,8 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[Any]]:
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"--grid {item!r}: {raw.strip()!r} is not a TOML value or array ({err})") from err
         values = value if isinstance(value, list) else [value]
+        # A value repeated is one point: run once, never a second run of the same folder.
+        values = list({json.dumps(v, sort_keys=True): v for v in values}.values())
         if not values:
             raise ConfigError(f"--grid {item!r} gives no values")
         if key in grid:

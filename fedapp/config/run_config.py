@@ -51,11 +51,34 @@ def find_preset(path: str) -> Path:
     raise ConfigError(f"config key 'preset' = {path!r}: file not found (looked in {candidates})")
 
 
+class _PresetLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error, not the last one winning."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                first, second = (self.construct_object(n, deep=True) for n in (seen[key], value_node))
+                raise DuplicateKeyError(
+                    f"gives {key!r} twice (line {seen[key].start_mark.line + 1}: {first!r}, "
+                    f"line {value_node.start_mark.line + 1}: {second!r}); keep one"
+                )
+            seen[key] = value_node
+        return super().construct_mapping(node, deep=deep)
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A preset that gives one key twice."""
+
+
 def load_preset(path: str) -> dict[str, Any]:
-    """Read a YAML preset: a flat mapping of config keys to scalar values."""
+    """Read a YAML preset: a flat mapping of config keys to scalar values, each key once."""
     file = find_preset(path)
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        data = yaml.load(file.read_text(encoding="utf-8"), Loader=_PresetLoader) or {}  # a SafeLoader
+    except DuplicateKeyError as err:
+        raise ConfigError(f"config key 'preset' = {path!r} {err}") from err
     except UnicodeDecodeError as err:
         bad = err.object[err.start : err.start + 1]
         raise ConfigError(f"config key 'preset' = {path!r}: not UTF-8 text (byte {err.start}: {bad!r})") from err

@@ -99,6 +99,8 @@ def parse_overrides(text: list[str]) -> dict:
                 item = chunk[position:].split(maxsplit=1)[0]
                 raise FedAppError(f'--run-config item {item!r} is not key=value (quote values with spaces: key="a b")')
             key, raw = match.groups()
+            if key in values:
+                raise FedAppError(f"--run-config gives {key!r} twice ({values[key]!r} and {raw}); give it once")
             try:
                 values.update(tomllib.loads(f'"{key}" = {raw}'))
             except tomllib.TOMLDecodeError:

@@ -1,0 +1,63 @@
+"""A key given twice is refused with both values named, never the last one silently winning
+(issue 63): in a preset, in one --run-config and across several, through the launcher and the sweep."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedapp.sweep import main as sweep_main
+
+
+def launch(monkeypatch, *argv: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["fedapp.launch", *argv])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("fedapp.launch", run_name="__main__")
+    return exited.value.code
+
+
+def test_a_preset_giving_a_key_twice_is_refused_with_both_values_and_lines(tmp_path: Path, monkeypatch, capsys):
+    preset = tmp_path / "twice.yaml"
+    preset.write_text("method: fedavg\nlr: 0.1\nnum-rounds: 2\nlr: 0.5\n")
+    home = tmp_path / "home"
+    assert launch(monkeypatch, "--preset", str(preset), "--flwr-home", str(home)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: config key 'preset' = '{preset}' gives 'lr' twice (line 2: 0.1, line 4: 0.5); keep one"
+    assert not home.exists()  # refused before anything started
+
+
+@pytest.mark.parametrize(
+    "run_config",
+    [["num-rounds=1 num-rounds=3"], ["num-rounds=1", "num-rounds=3"]],
+    ids=["one item", "two items"],
+)
+def test_run_config_giving_a_key_twice_is_refused_by_the_launcher_and_the_sweep(
+    tmp_path: Path, monkeypatch, capsys, run_config
+):
+    argv = [arg for item in run_config for arg in ("--run-config", item)]
+    assert launch(monkeypatch, *argv, "--flwr-home", str(tmp_path / "home")) == 2
+    expected = "error: --run-config gives 'num-rounds' twice (1 and 3); give it once"
+    assert capsys.readouterr().err.strip() == expected
+    assert sweep_main(["--results-dir", str(tmp_path / "sweep"), *argv]) == 2
+    assert capsys.readouterr().err.strip() == expected
+    assert not (tmp_path / "home").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_every_shipped_preset_gives_each_key_once():
+    from fedapp.config import APP_ROOT, load_preset  # noqa: PLC0415
+
+    for preset in sorted((APP_ROOT / "conf").glob("*.yaml")):
+        load_preset(str(preset))  # raises on a key given twice
+
+
+def test_a_grid_value_repeated_is_one_point_of_the_sweep(tmp_path: Path, capsys):
+    from fedapp.sweep import parse_grid, plan_sweep  # noqa: PLC0415
+
+    assert parse_grid(["lr=[0.1, 0.1, 0.01, 0.1]"]) == {"lr": [0.1, 0.01]}
+    runs = plan_sweep({}, methods=["fedavg"], seeds=[0], grid=parse_grid(["lr=[0.1, 0.1]"]), results_dir=tmp_path)
+    assert len(runs) == 1
+    assert sweep_main(["--results-dir", str(tmp_path), "--grid", "lr=[0.1, 0.1]", "--dry-run"]) == 0
+    assert "1 runs into" in capsys.readouterr().out
