@@ -43,8 +43,11 @@ from claims_spec import (
     Family,
     families,
     load_family,
+    read_selections,
 )
 from claims_tables import blocks, family_block, replace_block
+
+from fedapp.sweep import SWEEP_TOOL
 
 __all__ = ["ClaimsError", "family_block", "load_family", "main", "run_family"]
 
@@ -127,12 +130,12 @@ def copy_records(results_dir: Path, target: Path) -> list[str]:
 
 def merge_selection(step: Step, family: Family) -> None:
     """The method's choice into the family's ``selection.json`` (one entry per method)."""
-    [entry] = json.loads((step.results_dir / "selection.json").read_text())
+    [entry] = read_selections(step.results_dir / "selection.json")
     path = family.selection_dir / "selection.json"
-    entries = [e for e in (json.loads(path.read_text()) if path.is_file() else []) if e["method"] != entry["method"]]
+    entries = [e for e in (read_selections(path) if path.is_file() else []) if e["method"] != entry["method"]]
     order = list(family.select_grids)
     entries = sorted([*entries, entry], key=lambda e: order.index(e["method"]) if e["method"] in order else len(order))
-    path.write_text(json.dumps(entries, indent=2) + "\n")
+    path.write_text(json.dumps({"written_by": SWEEP_TOOL, "selections": entries}, indent=2) + "\n")
 
 
 def run_family(family: Family, results: Path, run_config: str, cpus_per_client: int, dry_run: bool) -> int:

@@ -31,6 +31,14 @@ COST_FIGURES = {
 }
 
 
+def read_selections(path: Path) -> list[dict[str, Any]]:
+    """The per-method choices of a ``selection.json`` (``python -m fedapp.sweep --select`` writes it)."""
+    try:
+        return list(json.loads(path.read_text())["selections"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ClaimsError(f"{path}: not a selection record ({type(err).__name__}: {err})") from err
+
+
 class ClaimsError(Exception):
     """A spec or record that cannot give a table; the message names the file."""
 
@@ -85,7 +93,7 @@ class Family:
         path = self.selection_dir / "selection.json"
         if not path.is_file():
             return {}
-        return {entry["method"]: entry["chosen"] for entry in json.loads(path.read_text())}
+        return {entry["method"]: entry["chosen"] for entry in read_selections(path)}
 
     def resolved(self, setting: str) -> dict[str, Any] | None:
         """The setting's keys with every ``chosen`` value filled from the selection record (None

@@ -3,7 +3,6 @@ made from :mod:`claims_spec`'s paired rows (``python benchmarks/claims.py tables
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -20,6 +19,7 @@ from claims_spec import (
     claim_groups,
     evaluate_claims,
     load_records,
+    read_selections,
     runs_by_seed,
     score,
 )
@@ -122,12 +122,13 @@ def selection_table(family: Family) -> str:
     if not path.is_file():
         return "The selection has not run yet: no setting that takes a chosen value has a row."
     body = []
-    for entry in json.loads(path.read_text()):
+    entries = read_selections(path)
+    for entry in entries:
         for point in entry["points"]:
             values = ", ".join(f"{key}={value}" for key, value in point["point"].items()) or "—"
             chosen = "**chosen**" if point["point"] == entry["chosen"] else ""
             body.append([entry["method"], table_cell(values), f"{point['val_score']:.4f}", chosen])
-    rule = json.loads(path.read_text())[0]["rule"]
+    rule = entries[0]["rule"]
     header = ["method", "point", f"validation accuracy, seed {family.select_seed}", "choice"]
     return f"Selection ({rule}):\n\n{markdown_table(header, body)}"
 

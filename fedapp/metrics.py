@@ -89,7 +89,7 @@ def first_reaching(accuracies: Sequence[float], target: float) -> int | None:
     return next((i for i, accuracy in enumerate(accuracies) if accuracy >= target), None)
 
 
-def save_accuracy_figure(path: Path, panels: Sequence[Any], title: str = "") -> Path:
+def save_accuracy_figure(path: Path, panels: Sequence[Any], title: str = "", software: str | None = None) -> Path:
     """One PNG with a panel per entry of ``panels``: a :class:`fedapp.data.figures.Panel`
     (integer round ticks, a log MB axis, std bands, a target line), or ``(title, xlabel,
     curves)`` with ``(xs, ys, label, linestyle)`` curves on plain axes.
@@ -99,7 +99,7 @@ def save_accuracy_figure(path: Path, panels: Sequence[Any], title: str = "") -> 
     """
     from fedapp.data.figures import as_panel, curves_figure, save_figure  # noqa: PLC0415 - matplotlib at the end only
 
-    return save_figure(curves_figure([as_panel(panel) for panel in panels], title), path)
+    return save_figure(curves_figure([as_panel(panel) for panel in panels], title), path, software)
 
 
 def progress_line(record: RoundRecord, num_rounds: int) -> str:

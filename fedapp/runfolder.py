@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import json
 import logging
 import tempfile
 import time
@@ -170,3 +171,51 @@ def check_writable_folders(config: Mapping[str, Any], *, results: bool = True, s
             raise ConfigError(
                 f"config key '{key}' = {config[key]!r} cannot be written ({reason}): choose a folder you can write"
             )
+
+
+# ----- files a tool writes: each carries its tool's mark, and a tool rewrites only a file with its mark -----
+
+
+def written_by_line(tool: str) -> str:
+    """The last line of every Markdown file ``tool`` writes (an HTML comment: no renderer shows it)."""
+    return f"<!-- written by {tool}; it rewrites only files that end with this line -->"
+
+
+def mark_markdown(text: str, tool: str) -> str:
+    """``text`` ending with ``tool``'s :func:`written_by_line`."""
+    return f"{text.rstrip()}\n\n{written_by_line(tool)}\n"
+
+
+def written_by(path: Path, tool: str) -> bool:
+    """Whether ``path`` carries ``tool``'s mark: a PNG's ``Software`` text, a JSON object's
+    ``written_by``, any other file's last line (:func:`written_by_line`)."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".png":
+            from PIL import Image  # noqa: PLC0415 - only a figure's check needs it
+
+            with Image.open(path) as image:
+                return image.info.get("Software") == tool
+        if suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return isinstance(data, dict) and data.get("written_by") == tool
+        lines = path.read_text(encoding="utf-8").rstrip().splitlines()
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON, not an image: not ours
+        return False
+    return bool(lines) and lines[-1] == written_by_line(tool)
+
+
+def check_rewritable(path: Path, tool: str, what: str) -> None:
+    """Refuse, before anything is written, to overwrite a file ``tool`` did not write.
+
+    Raises
+    ------
+    ConfigError
+        ``path`` exists and lacks ``tool``'s mark; the message names ``what`` (the flag) and the file.
+    """
+    path = Path(path)
+    if path.is_file() and not written_by(path, tool):
+        raise ConfigError(
+            f"{what} {path} exists and was not written by {tool}: it is not overwritten; "
+            "name a file that does not exist yet, or move that one away"
+        )

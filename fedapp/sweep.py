@@ -49,10 +49,14 @@ from fedapp.config import resume_loses_personal_state, same_setting_key, setting
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
 from fedapp.report import expand_run_dirs, write_report
+from fedapp.report.render import REPORT_TOOL
 from fedapp.report.selection import Candidate, render_selection, select
-from fedapp.runfolder import check_writable_folders, is_set_aside, set_aside
+from fedapp.runfolder import check_rewritable, check_writable_folders, is_set_aside, mark_markdown, set_aside
 
 __all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
+
+SWEEP_TOOL = "fedapp.sweep"
+"""The mark of the selection files the sweep writes (its report is the report's: ``fedapp-report``)."""
 
 
 @dataclass(frozen=True)
@@ -277,8 +281,9 @@ def write_selection(
             grouped.setdefault((run.method, run.point), []).append(run.prepared.run_dir)
     candidates = [Candidate(method, dict(point), tuple(dirs)) for (method, point), dirs in grouped.items()]
     selections = select(candidates, last_rounds)
-    (results_dir / "selection.json").write_text(json.dumps([sel.as_dict() for sel in selections], indent=2) + "\n")
-    (results_dir / "selection.md").write_text(render_selection(selections) + "\n")
+    record = {"written_by": SWEEP_TOOL, "selections": [sel.as_dict() for sel in selections]}
+    (results_dir / "selection.json").write_text(json.dumps(record, indent=2) + "\n")
+    (results_dir / "selection.md").write_text(mark_markdown(render_selection(selections), SWEEP_TOOL))
     for selection in selections:
         chosen = selection.chosen
         print(f"[sweep] {selection.method}: chose {dict(chosen.candidate.point)} (val acc {chosen.score:.4f})")
@@ -326,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ConfigError(f"--run-config sets {owned!r}, which the sweep sets for every run; drop it")
         if args.preset:
             base["preset"] = args.preset
+        # The files the sweep writes at its end: refused now, not after hours of runs.
+        check_rewritable(args.results_dir / "report.md", REPORT_TOOL, "the sweep's report")
+        check_rewritable(args.results_dir / "report.png", REPORT_TOOL, "the sweep's figure")
+        for name in ("selection.json", "selection.md") if args.select else ():
+            check_rewritable(args.results_dir / name, SWEEP_TOOL, "the sweep's selection record")
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         runs = plan_sweep(
             base,

@@ -163,10 +163,11 @@ def curves_figure(panels: Sequence[Panel], title: str = "") -> Figure:
     return figure
 
 
-def save_figure(figure: Figure, path: Path) -> Path:
-    """Write ``figure`` to ``path`` (PNG by its suffix; the folder is created); returns ``path``."""
+def save_figure(figure: Figure, path: Path, software: str | None = None) -> Path:
+    """Write ``figure`` to ``path`` (PNG by its suffix; the folder is created); returns ``path``.
+    ``software`` names the tool in the PNG's metadata (what lets it rewrite the file later)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    figure.savefig(path, metadata=None if software is None else {"Software": software})
     return path
 
 

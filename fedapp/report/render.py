@@ -23,11 +23,14 @@ from fedapp.report.tables import (
     plural,
     table_cell,
 )
+from fedapp.runfolder import check_rewritable, mark_markdown
 
 if TYPE_CHECKING:  # importing fedapp.data loads torch: the figure's helpers are imported when one is drawn
     from fedapp.data.figures import Panel
 
 MAIN_HEADER = ["run", "method", "protocol", "shots", *FIGURE_COLUMNS]
+REPORT_TOOL = "fedapp-report"
+"""The mark of the reports and figures it writes: it overwrites no other file (:func:`check_outputs`)."""
 
 
 def _to_target(row: ReportRow) -> tuple[str, str]:
@@ -186,17 +189,18 @@ def figure_panels(rows: Sequence[ReportRow]) -> list[Panel]:
 
 def write_figure(rows: Sequence[ReportRow], path: Path) -> Path:
     """One PNG, two panels (:func:`figure_panels`): mean client accuracy against round and against cumulative MB."""
-    return save_accuracy_figure(path, figure_panels(rows))
+    return save_accuracy_figure(path, figure_panels(rows), software=REPORT_TOOL)
 
 
 def check_outputs(run_dirs: Sequence[Path], out: Path, figure: Path | None) -> None:
     """Refuse, before anything is written, outputs that would lose something: a folder named
-    as a file, a path under a file, the same file twice, or an existing file inside one of
-    the run folders being reported (its metrics, summary, config, checkpoint, models...).
+    as a file, a path under a file, the same file twice, an existing file inside one of
+    the run folders being reported (its metrics, summary, config, checkpoint, models...), or
+    anywhere an existing file that is not a report or figure this tool wrote.
 
     Raises
     ------
-    DataError
+    DataError, ConfigError
         Naming the option and the path.
     """
     outputs = [("--out", Path(out))] + ([("--figure", Path(figure))] if figure is not None else [])
@@ -216,6 +220,7 @@ def check_outputs(run_dirs: Sequence[Path], out: Path, figure: Path | None) -> N
                     f"{flag} {path} would overwrite {resolved.relative_to(run)} of run folder {run}: "
                     "name a file that does not exist yet"
                 )
+        check_rewritable(path, REPORT_TOOL, flag)  # anywhere else: only a report or figure it wrote itself
 
 
 def write_report(
@@ -253,6 +258,7 @@ def write_report(
     markdown = render_markdown(rows, link, paired_against)  # a bad reference fails here, before any file is written
     if figure is not None:
         write_figure(rows, Path(figure))
+    markdown = mark_markdown(markdown, REPORT_TOOL)  # the file says which tool may rewrite it
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(markdown)
     return markdown

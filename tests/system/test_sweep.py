@@ -99,7 +99,7 @@ def test_the_documented_selection_chooses_on_validation_and_reports_the_chosen_p
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = tmp_path / "results" / "select-demo"
-    [record] = json.loads((results / "selection.json").read_text())
+    [record] = json.loads((results / "selection.json").read_text())["selections"]
     scores = {point["point"]["lr"]: point["val_score"] for point in record["points"]}
     assert set(scores) == {0.1, 0.01} and record["chosen"] == {"lr": max(scores, key=scores.get)}
     for point in record["points"]:

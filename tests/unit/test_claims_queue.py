@@ -79,7 +79,7 @@ def test_the_queue_selects_on_validation_then_runs_the_chosen_point_on_the_repor
     monkeypatch.setattr(sweep, "main", fake_sweep(calls))
     results = tmp_path / "results"
     assert claims.run_family(family, results, "", 1, dry_run=False) == 0
-    selection = json.loads((family.selection_dir / "selection.json").read_text())
+    selection = json.loads((family.selection_dir / "selection.json").read_text())["selections"]
     assert [entry["chosen"] for entry in selection] == [{"lr": 0.1}]  # validation 0.8 over 0.6, test aside
     assert "--select" in calls[0] and "100" in calls[0]
     settings = [call for call in calls if "--select" not in call]

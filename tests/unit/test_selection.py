@@ -79,7 +79,9 @@ def test_the_sweep_selects_on_validation_records_the_choice_and_reports_the_chos
     assert main([*argv, "--run-config", "num-rounds=1", "--select"]) == 0
     out = capsys.readouterr().out
     assert "fedavg: chose {'lr': 0.1} (val acc 0.8000)" in out
-    [record] = json.loads((results / "selection.json").read_text())
+    written = json.loads((results / "selection.json").read_text())
+    assert written["written_by"] == "fedapp.sweep"
+    [record] = written["selections"]
     assert record["chosen"] == {"lr": 0.1} and record["chosen_test_acc_per_run"] == [0.3]
     report = (results / "report.md").read_text()
     runs = plan_sweep({"num-rounds": 1}, methods=["fedavg"], seeds=[100], grid={"lr": [0.1, 0.01]}, results_dir=results)
