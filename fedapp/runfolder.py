@@ -99,6 +99,25 @@ def held_results(directory: Path) -> list[str]:
     return [name for name in RESULT_FILES if (directory / name).is_file() and (directory / name).stat().st_size > 0]
 
 
+def finished_rounds(directory: Path) -> int:
+    """The rounds a finished run's ``summary.json`` records (0: no summary, or not readable). The
+    summary is written when the last round is, so a run resumed with this many rounds or fewer
+    configured has nothing left to run."""
+    try:
+        return int(json.loads((directory / "summary.json").read_text()).get("rounds", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
+def nothing_to_resume(directory: Path, num_rounds: int) -> str | None:
+    """The message for a resume of a run that finished all its ``num_rounds`` (None: it did not).
+    Such a resume runs nothing and leaves every file of the run as it was."""
+    done = finished_rounds(directory)
+    if done and done >= num_rounds:
+        return f"run folder {directory} finished all {done} rounds before: nothing to resume, its files are unchanged"
+    return None
+
+
 def set_aside(run_dir: Path) -> Path:
     """Rename ``run_dir`` to the first free ``<name>.incomplete-<n>`` and return the new path."""
     for attempt in itertools.count(1):

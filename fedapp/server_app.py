@@ -24,7 +24,7 @@ from fedapp.flower.privacy import wrap_for_privacy
 from fedapp.flower.secure_aggregation import run_secagg
 from fedapp.metrics import check_clients_trained
 from fedapp.registry import strategy_class
-from fedapp.runfolder import release_folder
+from fedapp.runfolder import nothing_to_resume, release_folder
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -267,10 +267,13 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         quiet_flower_log()
         show_errors_as_one_line({**context.run_config, **(overrides or {})})
-        index_pending_messages(grid)  # a simulation's: the engine's poll no longer scales with N x messages
         config = resolve_run_config({**context.run_config, **(overrides or {})})
-        strategy, completed = prepared_strategy(config)
         run_dir = Path(config.results_dir).expanduser() / config.resolved_run_name
+        if config.resume and (finished := nothing_to_resume(run_dir, config.num_rounds)):
+            log.info(finished)  # before the strategy: resuming would rewrite the run's summary
+            return
+        index_pending_messages(grid)  # a simulation's: the engine's poll no longer scales with N x messages
+        strategy, completed = prepared_strategy(config)
         try:
             if config.api == "message":
                 message_strategy = MessageStrategy(strategy)

@@ -49,7 +49,7 @@ from fedapp.launch.settings import (
     visible_gpus,
 )
 from fedapp.launch.stream import LogCleaner, show_log, strip_ansi
-from fedapp.runfolder import check_run_folder, check_writable_folders
+from fedapp.runfolder import check_run_folder, check_writable_folders, nothing_to_resume
 
 __all__ = [
     "LOCAL_CONNECTION_TOML",
@@ -106,6 +106,9 @@ def run(
     prepared = prepare_run(overrides, num_clients)
     # What the ServerApp would refuse after Flower's start-up, refused here in a second.
     check_run_folder(prepared.run_dir, resume=prepared.config.resume)
+    if prepared.config.resume and (finished := nothing_to_resume(prepared.run_dir, prepared.config.num_rounds)):
+        print(finished, flush=True)  # nothing started, nothing written
+        return prepared.run_dir
     check_writable_folders(prepared.config.values, simulation=True)
     with local_federation(flwr_home) as env:
         return submit(
