@@ -167,6 +167,30 @@ def _check_file(model_file: ModelFile, config: RunConfig, client: int | None) ->
         raise ModelError(f"{model_file.path} holds a {kind} model, not a {expected} one")
     if client is not None and model_file.field("partition_id") != str(client):
         raise ModelError(f"{model_file.path} holds client {model_file.field('partition_id')}'s model, not {client}'s")
+    written = validate(with_defaults(model_file.json_field("config"))).values
+    for key in sorted(set(written) | set(config.values)):
+        if key not in WHERE_NOT_WHAT and written.get(key) != config.values.get(key):
+            raise ModelError(
+                f"{model_file.path} was written by another run (its {key} is {written.get(key)!r}, this run's "
+                f"{config.values.get(key)!r}): it does not fit the run, so it is not loaded"
+            )
+
+
+#: Keys that say where or how a run was kept, not what it computed: a model file and its run may differ in them.
+WHERE_NOT_WHAT = frozenset(
+    {
+        "results-dir",
+        "resume",
+        "preset",
+        "cache-dir",
+        "traceback",
+        "tracker",
+        "tracking-uri",
+        "api",
+        "state",
+        "state-dir",
+    }
+)
 
 
 def _client(config: RunConfig, partition_id: int, class_names: tuple[str, ...], device: torch.device) -> FedAppClient:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -323,3 +324,22 @@ def test_load_model_refuses_bad_clients_and_a_global_model_the_method_lacks(tmp_
     with pytest.raises(ModelError, match="holds a fedavg model, but the run's method is pfedlora"):
         load_model(run_dir, client=0)
     assert json.loads(meta["class_names"]) == list(CLASS_NAMES)
+
+
+def test_a_model_file_of_another_run_is_refused_before_it_loads(tmp_path):
+    """Issue 63: a run's models/ holding another run's file (another dataset, class count, rate or
+    seed) loaded and predicted over the other run's classes; the file's run configuration must be
+    the folder's, but for where the run was kept."""
+    from fedapp.inprocess import run_in_process  # noqa: PLC0415
+
+    base = {"num-rounds": 1, "num-partitions": 2, "model": "cnn-5", "results-dir": str(tmp_path)}
+    run_in_process({**base, "run-name": "ten"}, record=True)
+    run_in_process({**base, "run-name": "other", "lr": 0.1}, record=True)
+    assert load_model(tmp_path / "ten") is not None  # its own file loads
+    shutil.copy(tmp_path / "other" / "models" / "global.safetensors", tmp_path / "ten" / "models")
+    expected = r"global\.safetensors was written by another run \(its lr is 0\.1, this run's 0\.05\)"
+    with pytest.raises(ModelError, match=expected):
+        load_model(tmp_path / "ten")
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(tmp_path / "other", moved)  # a run folder moved keeps its models
+    assert load_model(moved) is not None
