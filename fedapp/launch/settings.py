@@ -135,6 +135,11 @@ def prepare_run(overrides: dict, num_clients: int | None = None) -> PreparedRun:
     overrides = expand_preset(overrides)
     config = resolve_run_config(overrides)
     if num_clients is not None and num_clients != config.num_partitions:
+        if "num-partitions" in overrides:  # given by the user or the preset, not the default
+            raise ConfigError(
+                f"--num-clients {num_clients} contradicts num-partitions = {config.num_partitions} "
+                "(the run config or the preset): give the number of clients once"
+            )
         overrides = {**overrides, "num-partitions": num_clients}
         config = resolve_run_config(overrides)
     check_server_extras(config)  # the ServerApp runs in this environment

@@ -61,3 +61,17 @@ def test_a_grid_value_repeated_is_one_point_of_the_sweep(tmp_path: Path, capsys)
     assert len(runs) == 1
     assert sweep_main(["--results-dir", str(tmp_path), "--grid", "lr=[0.1, 0.1]", "--dry-run"]) == 0
     assert "1 runs into" in capsys.readouterr().out
+
+
+def test_a_launcher_flag_that_contradicts_the_run_config_is_refused(tmp_path: Path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    assert launch(monkeypatch, "--num-clients", "3", "--run-config", "num-partitions=2", "--flwr-home", str(home)) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --num-clients 3 contradicts num-partitions = 2 (the run config or the preset): "
+        "give the number of clients once"
+    )
+    assert not home.exists()
+    from fedapp.launch import prepare_run  # noqa: PLC0415
+
+    assert prepare_run({}, num_clients=3).config.num_partitions == 3  # the flag alone sets it
+    assert prepare_run({"num-partitions": 3}, num_clients=3).config.num_partitions == 3  # the same value twice
