@@ -7,9 +7,10 @@ run, checked against this run's configuration and the arrays and state its metho
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +110,31 @@ def read_resume_point(
         global_arrays=checkpoint.global_arrays,
         strategy_state=checkpoint.strategy_state,
         totals=RunTotals.from_checkpoint(checkpoint.totals),
-        history=[RoundRecord(**row) for row in checkpoint.records],
+        history=[round_record(row, path) for row in checkpoint.records],
         rng=checkpoint.rng,
         run_token=checkpoint.run_token,
     )
+
+
+def round_record(row: Mapping[str, Any], path: Path) -> RoundRecord:
+    """A checkpoint's record of one round, its fields those this version writes.
+
+    Raises
+    ------
+    fedapp.errors.StateError
+        Naming the checkpoint, the round and the fields it has that a record has not, or lacks.
+    """
+    fields = {f.name: f for f in dataclasses.fields(RoundRecord)}
+    required = {name for name, f in fields.items() if f.default is MISSING and f.default_factory is MISSING}
+    unknown, missing = sorted(set(row) - set(fields)), sorted(required - set(row))
+    if unknown or missing:
+        has = [f"has {', '.join(unknown)}"] if unknown else []
+        what = " and ".join(has + ([f"lacks {', '.join(missing)}"] if missing else []))
+        raise StateError(
+            f"checkpoint {path}: the record of round {row.get('round', '?')} {what}, which a round record of "
+            "this version does not: it was written by another program or version, so the run cannot resume from it"
+        )
+    return RoundRecord(**row)
 
 
 def begin_run(config: RunConfig, recorder: RunRecorder | None) -> str:

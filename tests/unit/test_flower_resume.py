@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from fedapp.checkpoint import restore_rng_state
+from fedapp.checkpoint import load_checkpoint, restore_rng_state, save_checkpoint
 from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
 from fedapp.flower.recording import RunTotals
@@ -116,3 +116,22 @@ def test_strategy_state_of_other_names_or_shapes_is_refused(tmp_path):
         read_resume_point(path, config(), *fresh(state={"generator.weight": np.ones(3, np.float32)}))
     with pytest.raises(StateError, match="missing"):
         read_resume_point(path, config(), *fresh(state={**STATE, "other": np.ones(1)}))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda row: {**row, "from_the_future": 1}, "has from_the_future"),
+        (lambda row: {k: v for k, v in row.items() if k != "acc_worst"}, "lacks acc_worst"),
+    ],
+    ids=["an extra field", "a missing field"],
+)
+def test_a_record_this_version_cannot_read_is_refused_naming_the_checkpoint_and_round(tmp_path, change, said):
+    """Issue 63: a checkpoint record with an extra key gave ``TypeError: RoundRecord.__init__() got an
+    unexpected keyword argument`` without naming the file."""
+    path = written(tmp_path)
+    checkpoint = load_checkpoint(path)
+    checkpoint.records[1] = change(checkpoint.records[1])
+    save_checkpoint(path, checkpoint)
+    with pytest.raises(StateError, match=rf"checkpoint {path}: the record of round 2 {said}, which a round record"):
+        read_resume_point(path, config(), *fresh())
