@@ -47,7 +47,15 @@ import yaml
 
 from fedapp.config import resume_loses_personal_state, same_setting_key, settings_digest
 from fedapp.errors import ConfigError, FedAppError
-from fedapp.launch import PreparedRun, check_client_resources, local_federation, parse_overrides, prepare_run, submit
+from fedapp.launch import (
+    PreparedRun,
+    check_client_resources,
+    cpus_to_check,
+    local_federation,
+    parse_overrides,
+    prepare_run,
+    submit,
+)
 from fedapp.report import expand_run_dirs, write_report
 from fedapp.report.render import REPORT_TOOL
 from fedapp.report.selection import Candidate, render_selection, select
@@ -322,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        check_client_resources(args.cpus_per_client, 0.0)
+        check_client_resources(args.cpus_per_client, 0.0, cpus_available=cpus_to_check())
         if args.select_last_rounds < 1:
             raise ConfigError(f"--select-last-rounds {args.select_last_rounds}: must be at least 1")
         base = parse_overrides(args.run_config)

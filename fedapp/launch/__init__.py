@@ -56,6 +56,7 @@ __all__ = [
     "LogCleaner",
     "PreparedRun",
     "check_client_resources",
+    "cpus_to_check",
     "expand_preset",
     "federation_overrides",
     "flower_env",
@@ -87,6 +88,12 @@ def gpus_to_check(gpus_per_client: float) -> int | None:
     return visible_gpus()
 
 
+def cpus_to_check() -> int | None:
+    """This machine's CPUs, which a local simulation's clients share; None when the simulation
+    joins a Ray cluster (``RAY_ADDRESS`` set), whose nodes this machine cannot count."""
+    return None if os.environ.get("RAY_ADDRESS") else os.cpu_count()
+
+
 def run(
     overrides: dict,
     *,
@@ -102,7 +109,7 @@ def run(
     The configuration and the client resources are validated here first, so a
     bad key or flag fails in a second instead of inside the SuperLink.
     """
-    check_client_resources(cpus_per_client, gpus_per_client, gpus_to_check(gpus_per_client))
+    check_client_resources(cpus_per_client, gpus_per_client, gpus_to_check(gpus_per_client), cpus_to_check())
     prepared = prepare_run(overrides, num_clients)
     # What the ServerApp would refuse after Flower's start-up, refused here in a second.
     check_run_folder(prepared.run_dir, resume=prepared.config.resume)

@@ -30,7 +30,12 @@ def federation_overrides(num_supernodes: int, cpus_per_client: int, gpus_per_cli
     return " ".join(items)
 
 
-def check_client_resources(cpus_per_client: int, gpus_per_client: float, gpus_available: int | None = None) -> None:
+def check_client_resources(
+    cpus_per_client: int,
+    gpus_per_client: float,
+    gpus_available: int | None = None,
+    cpus_available: int | None = None,
+) -> None:
     """Refuse client resources that Ray or Flower would reject only once the simulation runs.
 
     Parameters
@@ -42,6 +47,9 @@ def check_client_resources(cpus_per_client: int, gpus_per_client: float, gpus_av
         or a whole number (Ray accepts nothing else).
     gpus_available : int, optional
         GPUs this machine has; checked against ``gpus_per_client`` when given.
+    cpus_available : int, optional
+        CPUs the simulation can use; checked against ``cpus_per_client`` when given (a client
+        asking for more would never be placed: Ray fails the run after Flower's start-up).
 
     Raises
     ------
@@ -50,6 +58,11 @@ def check_client_resources(cpus_per_client: int, gpus_per_client: float, gpus_av
     """
     if cpus_per_client < 1:
         raise ConfigError(f"--cpus-per-client {cpus_per_client}: each client needs at least 1 CPU")
+    if cpus_available is not None and cpus_per_client > cpus_available:
+        raise ConfigError(
+            f"--cpus-per-client {cpus_per_client}: this machine has {cpus_available} CPUs, so no client could "
+            "start; ask for at most that many (or join a larger Ray cluster with RAY_ADDRESS)"
+        )
     gpus = float(gpus_per_client)
     flag = f"--gpus-per-client {gpus_per_client:g}"
     if not math.isfinite(gpus) or gpus < 0:

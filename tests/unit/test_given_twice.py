@@ -75,3 +75,22 @@ def test_a_launcher_flag_that_contradicts_the_run_config_is_refused(tmp_path: Pa
 
     assert prepare_run({}, num_clients=3).config.num_partitions == 3  # the flag alone sets it
     assert prepare_run({"num-partitions": 3}, num_clients=3).config.num_partitions == 3  # the same value twice
+
+
+def test_more_cpus_per_client_than_the_machine_has_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
+    """Issue 63: ``--cpus-per-client 100`` ended after 31 s with Ray's ``RuntimeError: An error was
+    encountered``; the launcher and the sweep now refuse it at once (a Ray cluster may have more)."""
+    import os  # noqa: PLC0415
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    too_many = str(os.cpu_count() + 1)
+    home = tmp_path / "home"
+    assert launch(monkeypatch, "--cpus-per-client", too_many, "--flwr-home", str(home)) == 2
+    expected = f"error: --cpus-per-client {too_many}: this machine has {os.cpu_count()} CPUs, so no client could start"
+    assert capsys.readouterr().err.startswith(expected) and not home.exists()
+    assert sweep_main(["--results-dir", str(tmp_path / "s"), "--cpus-per-client", too_many, "--dry-run"]) == 2
+    assert capsys.readouterr().err.startswith(expected)
+    from fedapp.launch import cpus_to_check  # noqa: PLC0415
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert cpus_to_check() is None  # a cluster's CPUs are not this machine's to count
