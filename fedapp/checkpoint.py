@@ -231,3 +231,17 @@ def check_state_shapes(
         raise StateError(
             f"checkpoint {path}: strategy state {', '.join(wrong)} has other shapes than this method builds"
         )
+
+
+def what_can_resume(directory: Path) -> str:
+    """What a stopped run's folder holds to continue from, as the files on disk say: the round its
+    checkpoint can resume after, or that it has none (then the run must start again)."""
+    path = Path(directory) / FILENAME
+    try:
+        completed = load_checkpoint(path).round
+    except (OSError, StateError):
+        return f"it has no readable checkpoint ({path}): free space and start the run again under a new run-name"
+    return (
+        f"its checkpoint of round {completed} ({path}) is intact: free space and run the same configuration "
+        "with resume=true to continue"
+    )

@@ -23,6 +23,7 @@ from flwr.common import EvaluateRes, Scalar
 from flwr.server.client_proxy import ClientProxy
 
 from fedapp.aggregation import Arrays
+from fedapp.checkpoint import what_can_resume
 from fedapp.clientdata import held_out_clients, load_client_data
 from fedapp.config import RunConfig
 from fedapp.data.partition_report import (
@@ -322,8 +323,7 @@ def write_round(
         where = f" ({err.filename})" if err.filename else ""
         raise StateError(
             f"cannot write run folder {recorder.directory} after round {record.round}: {err.strerror or err}{where}; "
-            "the run stops here, and its checkpoint of the last round written is intact: free space and run "
-            "the same configuration with resume=true to continue"
+            f"the run stops here, and {what_can_resume(recorder.directory)}"
         ) from err
 
 

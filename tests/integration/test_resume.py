@@ -174,9 +174,27 @@ def test_a_full_disk_ends_the_run_naming_the_folder_and_resume_continues_it(smal
     with pytest.raises(StateError) as error:
         run_in_process(base, record=True)
     assert str(error.value).startswith(f"cannot write run folder {folder} after round 2: No space left on device")
+    assert f"its checkpoint of round 1 ({folder / 'checkpoint.npz'}) is intact" in str(error.value)
     assert "resume=true" in str(error.value)
     assert load_checkpoint(folder / "checkpoint.npz").round == 1  # the last one written, whole
     subprocess.run(["mount", "-o", "remount,size=40m", str(small_disk)], check=True)
     resumed = run_in_process({**base, "resume": True}, record=True)
     assert [record.round for record in resumed.history] == [1, 2, 3, 4]
     assert [row["round"] for row in read_metrics(folder / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_a_disk_too_full_for_the_first_checkpoint_says_there_is_nothing_to_resume(small_disk):
+    """Issue 63: the message said the last round's checkpoint was intact and to resume, but no
+    checkpoint.npz existed (resume then said "no checkpoint"); it now says what the disk holds."""
+    subprocess.run(["mount", "-o", "remount,size=1m", str(small_disk)], check=True)
+    base = {
+        "num-partitions": 2, "num-rounds": 2, "model": "cnn-5", "min-clients": 1, "export-models": False,
+        "results-dir": str(small_disk / "results"), "run-name": "tiny",
+    }  # fmt: skip
+    folder = small_disk / "results" / "tiny"
+    with pytest.raises(StateError) as error:
+        run_in_process(base, record=True)
+    message = str(error.value)
+    assert message.startswith(f"cannot write run folder {folder} after round 1")
+    assert f"it has no readable checkpoint ({folder / 'checkpoint.npz'})" in message and "resume=true" not in message
+    assert not (folder / "checkpoint.npz").exists()
