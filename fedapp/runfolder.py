@@ -23,6 +23,7 @@ RESULT_FILES = ("metrics.jsonl", "summary.json", "checkpoint.npz")
 """What makes a folder hold a run's results: a fresh run never writes over them."""
 
 LOCK_FILE = ".lock"
+SWEEP_LOCK_FILE = ".sweep.lock"
 
 SET_ASIDE_MARK = ".incomplete-"
 """What a sweep puts between a run folder's name and an attempt number when it moves an attempt
@@ -84,6 +85,28 @@ def lock_folder(directory: Path, wait_s: float = 0.0) -> IO[str]:
             )
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
     _HELD_LOCKS[key] = handle
+    return handle
+
+
+def lock_results_folder(directory: Path) -> IO[str]:
+    """An exclusive ``flock`` on a sweep's ``directory/.sweep.lock``, held while the returned file is
+    open: two sweeps into one results folder would each write a report of half the runs.
+
+    Raises
+    ------
+    StateError
+        If another sweep holds it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = (directory / SWEEP_LOCK_FILE).open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise StateError(
+            f"results folder {directory} is being written by another sweep: wait for it to end, "
+            "or choose another --results-dir"
+        ) from None
     return handle
 
 

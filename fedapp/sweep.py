@@ -59,7 +59,14 @@ from fedapp.launch import (
 from fedapp.report import expand_run_dirs, write_report
 from fedapp.report.render import REPORT_TOOL
 from fedapp.report.selection import Candidate, render_selection, select
-from fedapp.runfolder import check_rewritable, check_writable_folders, is_set_aside, mark_markdown, set_aside
+from fedapp.runfolder import (
+    check_rewritable,
+    check_writable_folders,
+    is_set_aside,
+    lock_results_folder,
+    mark_markdown,
+    set_aside,
+)
 
 __all__ = ["SweepRun", "parse_grid", "plan_sweep", "run_sweep"]
 
@@ -360,6 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in runs:
             print(run.name)
         return 0
+    try:
+        lock = lock_results_folder(args.results_dir)
+    except FedAppError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    with lock:
+        return _run_and_report(runs, args)
+
+
+def _run_and_report(runs: Sequence[SweepRun], args: argparse.Namespace) -> int:
+    """Run the planned sweep, then write its report (and, with ``--select``, its selection)."""
     try:
         finished, failed = run_sweep(runs, cpus_per_client=args.cpus_per_client, timeout=args.timeout)
     except KeyboardInterrupt:  # the running launch stops its processes on the way out

@@ -171,7 +171,8 @@ def test_the_local_trial_runs_twice_as_written_and_its_teardown_stops_only_what_
             assert (runs[-1] / "summary.json").is_file()
         # The second run reused the federation the first one started.
         assert len(started) == 3 and all(alive(pid) for pid in started), started
-        assert not (Path(fresh_home["HOME"]) / ".flwr" / "config.toml").exists(), "the user's Flower config was written"
+        assert not (Path(fresh_home["HOME"]) / ".flwr").exists(), "the trial wrote into the user's ~/.flwr"
+        assert any((folder / "flwr-home").rglob("apps/*")), "the trial's processes installed the app elsewhere"
         tree = descendants(started)
 
         done = run_block(teardown, tmp_path / "teardown.sh", app, fresh_home, where, timeout=60)

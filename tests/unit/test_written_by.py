@@ -77,3 +77,27 @@ def test_a_sweep_refuses_a_results_folder_holding_a_file_it_would_overwrite_befo
     assert err.startswith("error: the sweep's ") and f"{results / name} exists and was not written by" in err
     assert (results / name).read_bytes() == b"a user's file"
     assert sorted(p.name for p in results.iterdir()) == [name]
+
+
+def test_a_second_sweep_into_a_results_folder_another_sweep_holds_is_refused(tmp_path: Path, monkeypatch, capsys):
+    """Issue 63: two sweeps into one results folder at once each wrote a report listing half the runs."""
+    import contextlib  # noqa: PLC0415
+
+    from fedapp import sweep  # noqa: PLC0415
+    from fedapp.runfolder import lock_results_folder  # noqa: PLC0415
+
+    submitted = []
+    monkeypatch.setattr(sweep, "local_federation", contextlib.nullcontext)
+    monkeypatch.setattr(
+        sweep, "submit", lambda prepared, env, **_: submitted.append(prepared) or run_folder(prepared.run_dir)
+    )
+    results = tmp_path / "results"
+    argv = ["--results-dir", str(results), "--methods", "fedavg"]
+    with lock_results_folder(results):  # the first sweep, still running
+        assert sweep_main(argv) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"error: results folder {results} is being written by another sweep: wait for it to end, "
+            "or choose another --results-dir"
+        )
+        assert submitted == []
+    assert sweep_main(argv) == 0 and len(submitted) == 1  # once it ended, the folder is free
