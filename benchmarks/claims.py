@@ -25,7 +25,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,9 @@ from fedapp.sweep import SWEEP_TOOL
 
 __all__ = ["ClaimsError", "family_block", "load_family", "main", "run_family"]
 
+#: How many times a selection grid goes on past the edge its choice sat on.
+MAX_EXTENSIONS = 3
+
 # ----- the runs: selection on its seed, then every setting a claim needs on the reported seeds -----
 
 
@@ -75,6 +78,8 @@ class Step:
     argv: tuple[str, ...]
     results_dir: Path
     selection: bool = False
+    method: str = ""
+    grid: Mapping[str, list[Any]] = field(default_factory=dict)
 
 
 def plan(family: Family, results: Path, run_config: str, cpus_per_client: int) -> list[Step]:
@@ -82,15 +87,10 @@ def plan(family: Family, results: Path, run_config: str, cpus_per_client: int) -
     chooses anything), then, once chosen, each setting a claim compares on the reported seeds
     (the headline's settings first, on 5 seeds; the others on 3)."""
     common = ["--preset", family.preset, "--cpus-per-client", str(cpus_per_client)]
-    steps = []
-    for method, grid in family.select_grids.items():
-        where = results / f"family-{family.name}" / f"selection-{method}"
-        argv = [*common, "--results-dir", str(where), "--methods", method, "--seeds", str(family.select_seed)]
-        for key, values in grid.items():
-            argv += ["--grid", f"{key}={toml_value(list(values))}"]
-        argv += ["--run-config", f"{overrides(family.groups[family.select_group])} {run_config}".strip()]
-        argv += ["--select", "--select-last-rounds", str(family.last_rounds)]
-        steps.append(Step(f"select {method}", tuple(argv), where, selection=True))
+    steps = [
+        selection_step(family, method, grid, results, run_config, cpus_per_client)
+        for method, grid in family.select_grids.items()
+    ]
     needed: dict[tuple[str, str], int] = {}
     for claim in sorted(family.claims, key=lambda c: not c.headline):
         for group in claim.groups or tuple(family.groups):
@@ -108,6 +108,34 @@ def plan(family: Family, results: Path, run_config: str, cpus_per_client: int) -
         argv += ["--run-config", f"{overrides({**keys, **family.groups[group]})} {run_config}".strip()]
         steps.append(Step(f"{setting} ({group})", tuple(argv), where))
     return steps
+
+
+def selection_step(
+    family: Family, method: str, grid: Mapping[str, list[Any]], results: Path, run_config: str, cpus_per_client: int
+) -> Step:
+    """One method's selection sweep over ``grid`` on the family's selection seed, chosen on validation."""
+    where = results / f"family-{family.name}" / f"selection-{method}"
+    argv = ["--preset", family.preset, "--cpus-per-client", str(cpus_per_client), "--results-dir", str(where)]
+    argv += ["--methods", method, "--seeds", str(family.select_seed)]
+    for key, values in grid.items():
+        argv += ["--grid", f"{key}={toml_value(list(values))}"]
+    argv += ["--run-config", f"{overrides(family.groups[family.select_group])} {run_config}".strip()]
+    argv += ["--select", "--select-last-rounds", str(family.last_rounds)]
+    return Step(f"select {method}", tuple(argv), where, selection=True, method=method, grid=dict(grid))
+
+
+def beyond_the_edge(grid: Mapping[str, list[Any]], chosen: Mapping[str, Any]) -> dict[str, list[Any]] | None:
+    """``grid`` with one more point past the edge its choice sat on (the same ratio as the last step
+    there), or None when every numeric axis's choice is inside its grid: a choice at an edge is no optimum."""
+    for key, values in grid.items():
+        numbers = sorted(v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and v > 0)
+        if len(numbers) < 2 or len(numbers) != len(values) or chosen.get(key) not in (numbers[0], numbers[-1]):
+            continue
+        low = chosen[key] == numbers[0]
+        nearest, next_in = (numbers[0], numbers[1]) if low else (numbers[-1], numbers[-2])
+        beyond = float(f"{nearest * nearest / next_in:.3g}")
+        return {**grid, key: sorted([*values, beyond])}
+    return None
 
 
 def copy_records(results_dir: Path, target: Path) -> list[str]:
@@ -128,14 +156,15 @@ def copy_records(results_dir: Path, target: Path) -> list[str]:
     return copied
 
 
-def merge_selection(step: Step, family: Family) -> None:
-    """The method's choice into the family's ``selection.json`` (one entry per method)."""
+def merge_selection(step: Step, family: Family) -> dict[str, Any]:
+    """The method's choice into the family's ``selection.json`` (one entry per method); returns it."""
     [entry] = read_selections(step.results_dir / "selection.json")
     path = family.selection_dir / "selection.json"
     entries = [e for e in (read_selections(path) if path.is_file() else []) if e["method"] != entry["method"]]
     order = list(family.select_grids)
     entries = sorted([*entries, entry], key=lambda e: order.index(e["method"]) if e["method"] in order else len(order))
     path.write_text(json.dumps({"written_by": SWEEP_TOOL, "selections": entries}, indent=2) + "\n")
+    return dict(entry["chosen"])
 
 
 def run_family(family: Family, results: Path, run_config: str, cpus_per_client: int, dry_run: bool) -> int:
@@ -146,9 +175,16 @@ def run_family(family: Family, results: Path, run_config: str, cpus_per_client: 
 
     failures = 0
     for step in [step for step in plan(family, results, run_config, cpus_per_client) if step.selection]:
-        failures += _run_step(step, family, sweep.main, dry_run)
-        if not dry_run and (step.results_dir / "selection.json").is_file():
-            merge_selection(step, family)
+        for _ in range(MAX_EXTENSIONS + 1):
+            failures += _run_step(step, family, sweep.main, dry_run)
+            if dry_run or not (step.results_dir / "selection.json").is_file():
+                break
+            chosen = merge_selection(step, family)
+            wider = beyond_the_edge(step.grid, chosen)
+            if wider is None:
+                break
+            print(f"[claims] {step.method}: chose {chosen} at the edge of its grid; the grid goes on to {wider}")
+            step = selection_step(family, step.method, wider, results, run_config, cpus_per_client)
     # Planned once the selection has chosen: the settings that take its values need them.
     for step in [step for step in plan(family, results, run_config, cpus_per_client) if not step.selection]:
         failures += _run_step(step, family, sweep.main, dry_run)

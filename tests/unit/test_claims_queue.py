@@ -82,12 +82,16 @@ def test_the_queue_selects_on_validation_then_runs_the_chosen_point_on_the_repor
     selection = json.loads((family.selection_dir / "selection.json").read_text())["selections"]
     assert [entry["chosen"] for entry in selection] == [{"lr": 0.1}]  # validation 0.8 over 0.6, test aside
     assert "--select" in calls[0] and "100" in calls[0]
+    # 0.1 was chosen at the grid's top edge: the grid went on to 1.0 (the same ratio), chosen again inside.
+    selecting = [call for call in calls if "--select" in call]
+    assert [call[call.index("--grid") + 1] for call in selecting] == ["lr=[0.1, 0.01]", "lr=[0.01, 0.1, 1.0]"]
+    assert "on to {'lr': [0.01, 0.1, 1.0]}" in capsys.readouterr().out
     settings = [call for call in calls if "--select" not in call]
     assert len(settings) == 2 and all(call[call.index("--seeds") + 1] == "0,1,2,3,4" for call in settings)
     assert "lr=0.1" in settings[0][settings[0].index("--run-config") + 1]  # the chosen point, not the test's best
     reported = sorted(path.name for path in family.records.iterdir() if path.name != "selection")
     assert len(reported) == 10 and all(not name.endswith("-s100") for name in reported)
-    assert len(list(family.selection_dir.glob("*/summary.json"))) == 2
+    assert len(list(family.selection_dir.glob("*/summary.json"))) == 3
     # The tables: the chosen point's runs, paired over the five seeds, by the rule.
     block = claims.family_block(family)
     assert "| fedavg | lr=0.1 | 0.8000 | **chosen** |" in block
