@@ -23,6 +23,7 @@ from torch import nn
 
 from fedapp.clientdata import ClientData, LabelledImages
 from fedapp.config import RunConfig, validate, with_defaults
+from fedapp.config.key_groups import NOT_SETTINGS, STORAGE_KEYS
 from fedapp.errors import ModelError
 from fedapp.models.export import (
     GLOBAL_FILE,
@@ -176,21 +177,9 @@ def _check_file(model_file: ModelFile, config: RunConfig, client: int | None) ->
             )
 
 
-#: Keys that say where or how a run was kept, not what it computed: a model file and its run may differ in them.
-WHERE_NOT_WHAT = frozenset(
-    {
-        "results-dir",
-        "resume",
-        "preset",
-        "cache-dir",
-        "traceback",
-        "tracker",
-        "tracking-uri",
-        "api",
-        "state",
-        "state-dir",
-    }
-)
+#: Keys that say where or how a run was kept, not what it computed: a model file and its run may differ in them
+#: (the seed and the run's name they may not: another seed's file is another run's).
+WHERE_NOT_WHAT = (NOT_SETTINGS | STORAGE_KEYS) - {"seed", "run-name"}
 
 
 def _client(config: RunConfig, partition_id: int, class_names: tuple[str, ...], device: torch.device) -> FedAppClient:
