@@ -163,13 +163,18 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def disk_run(disk, name: str, rounds: int) -> dict:
+    """A small run whose results go on ``disk``."""
+    return {
+        "num-partitions": 2, "num-rounds": rounds, "model": "cnn-5", "min-clients": 1, "export-models": False,
+        "results-dir": str(disk / "results"), "run-name": name,
+    }  # fmt: skip
+
+
 def test_a_full_disk_ends_the_run_naming_the_folder_and_resume_continues_it(small_disk):
     """Issue 42: a full disk ended the run with ``OSError: [Errno 28]`` and no path; now the error
     names the run folder, the last checkpoint is intact, and ``resume=true`` finishes the run."""
-    base = {
-        "num-partitions": 2, "num-rounds": 4, "model": "cnn-5", "min-clients": 1, "export-models": False,
-        "results-dir": str(small_disk / "results"), "run-name": "full",
-    }  # fmt: skip
+    base = disk_run(small_disk, "full", rounds=4)
     folder = small_disk / "results" / "full"
     with pytest.raises(StateError) as error:
         run_in_process(base, record=True)
@@ -187,10 +192,7 @@ def test_a_disk_too_full_for_the_first_checkpoint_says_there_is_nothing_to_resum
     """Issue 63: the message said the last round's checkpoint was intact and to resume, but no
     checkpoint.npz existed (resume then said "no checkpoint"); it now says what the disk holds."""
     subprocess.run(["mount", "-o", "remount,size=1m", str(small_disk)], check=True)
-    base = {
-        "num-partitions": 2, "num-rounds": 2, "model": "cnn-5", "min-clients": 1, "export-models": False,
-        "results-dir": str(small_disk / "results"), "run-name": "tiny",
-    }  # fmt: skip
+    base = disk_run(small_disk, "tiny", rounds=2)
     folder = small_disk / "results" / "tiny"
     with pytest.raises(StateError) as error:
         run_in_process(base, record=True)
