@@ -180,9 +180,14 @@ class Record:
 
 
 def load_records(folder: Path) -> list[Record]:
-    """Every finished run folder in ``folder`` (its metrics hold every configured round)."""
+    """Every finished run folder in ``folder`` (its metrics hold every configured round).
+
+    A family none of whose runs has landed has no folder yet (git keeps no empty folders): no records.
+    """
+    if not folder.exists():
+        return []
     if not folder.is_dir():
-        raise ClaimsError(f"no folder of run records at {folder}")
+        raise ClaimsError(f"{folder} is not a folder of run records")
     records = []
     for config_path in sorted(folder.glob("*/config.yaml")):
         run = config_path.parent

@@ -3,28 +3,24 @@
     python -m fedapp.sweep --preset conf/sdfed-digits.yaml --methods sdfed,promptfl --seeds 0,1,2 \\
         --grid 'partition=["pathological","dirichlet"]' --run-config 'num-rounds=5' --results-dir results/sweep-a
 
-Every run gets its own folder in ``--results-dir``, named by its method, its grid
-values, a digest of all its other settings and its seed
-(``sdfed-partitionpathological-3f2a9c-s0``), so two runs never share a folder and
-repetitions over seeds share everything but the ``-s<seed>`` tail. Every run is
-validated before the first one starts. All runs go to one local SuperLink in a
-temporary Flower home (Flower's start-up is paid once), one after another, and the
-SuperLink is stopped when the sweep ends.
+Every run gets its own folder in ``--results-dir``, named by its method, its grid values, a
+digest of all its other settings and its seed (``sdfed-partitionpathological-3f2a9c-s0``): two runs
+never share a folder, and repetitions share all but the ``-s<seed>`` tail. Every run is validated
+before the first starts; all go, one after another, to one local SuperLink in a temporary Flower
+home (Flower's start-up is paid once), stopped when the sweep ends.
 
-Started again, a sweep skips finished runs, resumes a run that has a checkpoint
-(``resume=true``), and moves an earlier attempt aside (``<name>.incomplete-<n>``)
-instead of writing over it when it left no checkpoint, or when its method's clients
-kept personal state in memory (``state = "memory"``), which ended with that attempt:
-pass ``state="disk"`` in ``--run-config`` to make such runs resumable. A failing run is reported
-and the sweep goes on. At the end ``report.md`` and ``report.png`` in the results
-folder tabulate the finished runs, with mean ± std over seeds (``fedapp-report``).
+Started again, a sweep skips finished runs, resumes a run that has a checkpoint (``resume=true``),
+and moves an earlier attempt aside (``<name>.incomplete-<n>``) instead of writing over it when it
+left no checkpoint, or when its clients kept personal state in memory (``state = "memory"``), which
+ended with that attempt (``state="disk"`` in ``--run-config`` makes such runs resumable). A failing
+run is reported and the sweep goes on. ``report.md`` and ``report.png`` then tabulate the finished
+runs, mean ± std over seeds (``fedapp-report``).
 
-With ``--select``, the sweep chooses each method's grid point on validation data instead
-(:mod:`fedapp.report.selection`: the clients' accuracy on data of their own held back from
-training, averaged over the last ``--select-last-rounds`` rounds and over the seeds), writes the
-choice and every point's validation figures to ``selection.json`` and ``selection.md``, and
-reports only the chosen points' runs: no other point's test accuracy is read. Run the grid on a
-seed that no reported figure uses, then the chosen point on the reported seeds.
+With ``--select``, the sweep chooses each method's grid point on validation data
+(:mod:`fedapp.report.selection`: the clients' accuracy on data of their own held back from training,
+over the last ``--select-last-rounds`` rounds and the seeds), records it in ``selection.json`` and
+``selection.md``, and reports the chosen points' runs only: no other point's test accuracy is read.
+Run the grid on a seed no reported figure uses, then the chosen point on the reported seeds.
 """
 
 from __future__ import annotations
@@ -65,6 +61,7 @@ from fedapp.runfolder import (
     is_set_aside,
     lock_results_folder,
     mark_markdown,
+    nothing_to_resume,
     set_aside,
 )
 
@@ -228,12 +225,7 @@ def _existing_runs(results_dir: Path) -> dict[tuple[str, int], str]:
 
 
 def _finished(run: SweepRun) -> bool:
-    summary = run.prepared.run_dir / "summary.json"
-    try:
-        rounds = int(json.loads(summary.read_text()).get("rounds", 0))
-    except (OSError, ValueError):
-        return False
-    return rounds >= run.prepared.config.num_rounds
+    return nothing_to_resume(run.prepared.run_dir, run.prepared.config.num_rounds) is not None
 
 
 def run_sweep(

@@ -130,6 +130,14 @@ def test_a_dry_run_prints_the_selection_and_says_what_waits_for_it(family, tmp_p
     assert not family.records.exists()
 
 
+def test_a_family_none_of_whose_runs_has_landed_has_a_page_block_without_figures(family):
+    # A fresh clone has no folder for it (git keeps no empty folders): that is no records, not an error.
+    assert not family.records.exists()
+    block = claims.family_block(family)
+    assert "Records: none yet (they land in" in block
+    assert "Claims without records yet" in block and "FedAvg beats Standalone" in block
+
+
 def test_a_spec_whose_claim_names_an_unknown_setting_is_refused_naming_the_file(tmp_path):
     spec = {**SPEC, "claims": [{"claim": "x", "a": "FedAvg", "b": "FedProx"}]}
     (tmp_path / "family-t.yaml").write_text(yaml.safe_dump(spec))
