@@ -64,6 +64,9 @@ class MethodSpec:
     personal_state
         Whether a client keeps state of its own between rounds (its model, prompt or
         statistics) in its state store, which a resumed run finds again only on disk.
+    keys
+        The configuration keys of the method's own mechanism, which it reads and the methods
+        that do not declare them leave alone (a key declared by none is every method's).
     """
 
     name: str
@@ -79,6 +82,7 @@ class MethodSpec:
     options_check: str = ""
     text_prompt_lengths: str = ""
     personal_state: bool = False
+    keys: tuple[str, ...] = ()
 
     @property
     def averages_parameters(self) -> bool:
@@ -101,6 +105,35 @@ class MethodSpec:
 _LOCAL_MODEL = "clients are scored on their own local model, which a new client has not trained"
 _ALONE = "each client trains its own model alone, so a client that never trained has none"
 _PER_CLASS_ONLY = "clients share per-class knowledge, not a model; a new client's model is untrained"
+_SDFED_KEYS = (
+    "local-prompt-lengths",
+    "sdfed-lambda",
+    "sdfed-gamma",
+    "sdfed-alpha",
+    "sdfed-beta",
+    "projector-mode",
+    "sdfed-combination",
+    "sdfed-separation-moves-global",
+)
+_PEP_FEDPT_KEYS = (
+    "prompt-lr-scale",
+    "class-prompt-layers",
+    "class-prompt-length",
+    "ccmp-temperature",
+    "pep-mixer",
+    "prototype-momentum",
+)
+# The clients' keys; the baseline B2 (fedd2p-agg) has no prompt generator, so reads these alone.
+_FEDD2P_CLIENT_KEYS = ("kd-weight", "warmup-epochs", "d2p-tau1", "d2p-distil-temperature")
+_FEDD2P_KEYS = (
+    *_FEDD2P_CLIENT_KEYS,
+    "d2p-tau2",
+    "d2p-steps",
+    "d2p-lr",
+    "d2p-prompt-tokens",
+    "d2p-template",
+    "d2p-generator",
+)
 
 CATALOG: dict[str, MethodSpec] = {
     spec.name: spec
@@ -135,6 +168,7 @@ CATALOG: dict[str, MethodSpec] = {
             mixed_models=True,
             new_client_note="only the low-rank adapter is shared; a new client's own CNN is untrained",
             personal_state=True,
+            keys=("adapter-kind", "adapter-hidden", "adapter-init", "pfedlora-inference", "mu"),
         ),
         MethodSpec(
             "lg-fedavg",
@@ -168,6 +202,7 @@ CATALOG: dict[str, MethodSpec] = {
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
             personal_state=True,
+            keys=("proto-weight",),
         ),
         MethodSpec(
             "fd",
@@ -180,6 +215,7 @@ CATALOG: dict[str, MethodSpec] = {
             mixed_models=True,
             new_client_note=_PER_CLASS_ONLY,
             personal_state=True,
+            keys=("kd-weight", "kd-temperature"),
         ),
         MethodSpec(
             "fml",
@@ -191,6 +227,7 @@ CATALOG: dict[str, MethodSpec] = {
             mixed_models=True,
             new_client_note=_LOCAL_MODEL,
             personal_state=True,
+            keys=("shared-model", "kd-temperature", "fml-alpha", "fml-beta"),
         ),
         MethodSpec(
             "fedkd",
@@ -202,6 +239,7 @@ CATALOG: dict[str, MethodSpec] = {
             mixed_models=True,
             new_client_note=_LOCAL_MODEL,
             personal_state=True,
+            keys=("shared-model", "kd-temperature"),
         ),
         MethodSpec(
             "coop-local",
@@ -232,6 +270,7 @@ CATALOG: dict[str, MethodSpec] = {
             new_client_note="half of its classifier is the private local prompt, which a new client has not trained",
             personal_state=True,
             text_prompt_lengths="fedapp.methods.local_prompt_lengths:sdfed_text_prompt_lengths",
+            keys=_SDFED_KEYS,
         ),
         MethodSpec(
             "head-fedavg",
@@ -240,6 +279,7 @@ CATALOG: dict[str, MethodSpec] = {
             "a linear head on a frozen ViT, averaged across clients",
             "clip-vision",
             "parameters",
+            keys=("prompt-lr-scale",),
         ),
         MethodSpec(
             "local-vpt",
@@ -251,6 +291,7 @@ CATALOG: dict[str, MethodSpec] = {
             "uploads nothing (each client trains alone)",
             new_client_note=_ALONE,
             personal_state=True,
+            keys=("prompt-lr-scale",),
         ),
         MethodSpec(
             "fedvpt",
@@ -259,6 +300,7 @@ CATALOG: dict[str, MethodSpec] = {
             "shallow visual prompts and head averaged across clients",
             "clip-vision",
             "parameters",
+            keys=("prompt-lr-scale",),
         ),
         MethodSpec(
             "fedvpt-d",
@@ -268,6 +310,7 @@ CATALOG: dict[str, MethodSpec] = {
             "clip-vision",
             "parameters",
             variant_of="fedvpt",
+            keys=("prompt-lr-scale",),
         ),
         MethodSpec(
             "pep-fedpt",
@@ -278,6 +321,7 @@ CATALOG: dict[str, MethodSpec] = {
             "per-class",
             f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
             options_check="fedapp.methods.visual_prompts:check_pep_fedpt_options",
+            keys=_PEP_FEDPT_KEYS,
         ),
         MethodSpec(
             "fedd2p",
@@ -291,6 +335,7 @@ CATALOG: dict[str, MethodSpec] = {
             new_client_note=_PER_CLASS_ONLY,
             personal_state=True,
             options_check="fedapp.methods.fedd2p:check_fedd2p_options",
+            keys=_FEDD2P_KEYS,
         ),
         MethodSpec(
             "fedd2p-agg",
@@ -304,6 +349,7 @@ CATALOG: dict[str, MethodSpec] = {
             new_client_note=_PER_CLASS_ONLY,
             personal_state=True,
             variant_of="fedd2p",
+            keys=_FEDD2P_CLIENT_KEYS,
         ),
         MethodSpec(
             "fedd2p-gt",
@@ -318,6 +364,7 @@ CATALOG: dict[str, MethodSpec] = {
             personal_state=True,
             variant_of="fedd2p",
             options_check="fedapp.methods.fedd2p:check_fedd2p_options",
+            keys=_FEDD2P_KEYS,
         ),
     )
 }

@@ -15,7 +15,7 @@ from flwr.server import ClientManager, Grid, Server, ServerApp, ServerAppCompone
 from flwr.server.compat import start_grid
 from flwr.server.strategy import Strategy
 
-from fedapp.config import RunConfig, resolve_run_config
+from fedapp.config import RunConfig, resolve_run_config, unread_keys_warning
 from fedapp.errors import error_line
 from fedapp.extras import check_server_extras
 from fedapp.flower.message_api import NO_TIMEOUT, MessageStrategy
@@ -84,6 +84,8 @@ def in_flight_messages(config: RunConfig) -> int:
 def prepared_strategy(config: RunConfig) -> tuple[Strategy, int]:
     """The configured method's strategy, resumed from its checkpoint when ``resume`` and
     wrapped for DP when ``dp`` is on, and the rounds it had completed."""
+    if unread := unread_keys_warning(config.values):
+        log.warning(unread)
     strategy = build_strategy(config)
     completed = strategy.resume() if config.resume else 0
     if completed >= config.num_rounds:

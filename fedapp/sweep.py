@@ -52,6 +52,7 @@ from fedapp.launch import (
     prepare_run,
     submit,
 )
+from fedapp.launch.data_check import check_runs_data
 from fedapp.report import expand_run_dirs, write_report
 from fedapp.report.render import REPORT_TOOL
 from fedapp.report.selection import Candidate, render_selection, select
@@ -250,6 +251,7 @@ def run_sweep(
             pending.append(run)
     if not pending:
         return finished, failed
+    check_runs_data([run.prepared.overrides for run in pending], [f"sweep run {run.name}" for run in pending])
     with local_federation() as env:
         for number, run in enumerate(pending, start=1):
             prepared = run.prepared
@@ -339,10 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.preset:
             base["preset"] = args.preset
         # The files the sweep writes at its end: refused now, not after hours of runs.
-        check_rewritable(args.results_dir / "report.md", REPORT_TOOL, "the sweep's report")
-        check_rewritable(args.results_dir / "report.png", REPORT_TOOL, "the sweep's figure")
-        for name in ("selection.json", "selection.md") if args.select else ():
-            check_rewritable(args.results_dir / name, SWEEP_TOOL, "the sweep's selection record")
+        for name in ("report.md", "report.png") + (("selection.json", "selection.md") if args.select else ()):
+            tool = REPORT_TOOL if name.startswith("report") else SWEEP_TOOL
+            check_rewritable(args.results_dir / name, tool, f"the sweep's {name.split('.')[0]}")
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         runs = plan_sweep(
             base,
@@ -351,15 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             grid=parse_grid(args.grid),
             results_dir=args.results_dir,
         )
-    except FedAppError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"[sweep] {len(runs)} runs into {args.results_dir.resolve()}", flush=True)
-    if args.dry_run:
-        for run in runs:
-            print(run.name)
-        return 0
-    try:
+        print(f"[sweep] {len(runs)} runs into {args.results_dir.resolve()}", flush=True)
+        if args.dry_run:
+            print("\n".join(run.name for run in runs))
+            return 0
         lock = lock_results_folder(args.results_dir)
     except FedAppError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -372,6 +368,9 @@ def _run_and_report(runs: Sequence[SweepRun], args: argparse.Namespace) -> int:
     """Run the planned sweep, then write its report (and, with ``--select``, its selection)."""
     try:
         finished, failed = run_sweep(runs, cpus_per_client=args.cpus_per_client, timeout=args.timeout)
+    except ConfigError as err:  # a run's data refused before the first run started
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # the running launch stops its processes on the way out
         print(
             "error: interrupted; finished runs are kept, and the same command continues with the rest",

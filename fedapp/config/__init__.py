@@ -37,7 +37,14 @@ from fedapp.config.derived import (
     held_out_partitions,
     parse_local_split,
 )
-from fedapp.config.key_groups import NOT_SETTINGS, PARTITION_KEYS, STORAGE_KEYS, partition_settings
+from fedapp.config.key_groups import (
+    NOT_SETTINGS,
+    PARTITION_KEYS,
+    STORAGE_KEYS,
+    partition_settings,
+    unread_keys_warning,
+    unread_method_keys,
+)
 from fedapp.config.rules import resume_loses_personal_state
 from fedapp.config.run_config import (
     UNCOMPARED,
@@ -102,6 +109,8 @@ __all__ = [
     "same_setting_key",
     "setting",
     "settings_digest",
+    "unread_keys_warning",
+    "unread_method_keys",
     "validate",
     "with_defaults",
 ]

@@ -1,10 +1,14 @@
 """Groups of configuration keys by what they mean for a run: which are not settings, which decide
-the partition, which only say where client state is kept (the schema itself: :mod:`~fedapp.config.schema`)."""
+the partition, which only say where client state is kept, which the configured method does not read
+(the schema itself: :mod:`~fedapp.config.schema`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from fedapp.catalog import CATALOG
+from fedapp.config.schema import SCHEMA
 
 NOT_SETTINGS = frozenset(
     {
@@ -63,3 +67,29 @@ STORAGE_KEYS = frozenset({"state", "state-dir"})
 simulation tests show it), so the report groups runs differing only in these as seeds of one
 setting. They stay in the derived run name, so that a run folder never holds both backends: the
 sweep resumes a checkpointed run only when its clients kept their state on disk."""
+
+
+def unread_method_keys(values: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The keys of other methods' mechanisms (:attr:`~fedapp.catalog.MethodSpec.keys`) that ``values``
+    (a run configuration by config name) sets away from their defaults and its own method does not
+    read, each with the methods that do read it: the run computes exactly as without them."""
+    readers: dict[str, list[str]] = {}
+    for spec in CATALOG.values():
+        for key in spec.keys:
+            readers.setdefault(key, []).append(spec.name)
+    own = CATALOG[values["method"]].keys if values.get("method") in CATALOG else ()
+    return {
+        key: tuple(methods)
+        for key, methods in readers.items()
+        if key not in own and key in values and values[key] != SCHEMA[key].default
+    }
+
+
+def unread_keys_warning(values: Mapping[str, Any]) -> str | None:
+    """One line naming the keys :func:`unread_method_keys` finds (None: there are none). A warning,
+    not a refusal: a preset or a sweep sets one setting for several methods that are compared on it."""
+    unread = unread_method_keys(values)
+    if not unread:
+        return None
+    named = ", ".join(f"{key} (read by {', '.join(methods)})" for key, methods in unread.items())
+    return f"warning: {values['method']} does not read {named}: the run computes as without them"

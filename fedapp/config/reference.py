@@ -63,7 +63,10 @@ INTRO = (
     "value, e.g. `config key 'alpha' = -1.0 must be > 0.0`; a misspelt key or value also gets the name it "
     "likely meant: `unknown config key 'num-round': did you mean 'num-rounds'?`. `python -m fedapp.launch` "
     "and `python -m fedapp.sweep` also look for the CLIP checkpoint file that `pretrained` names before they "
-    "start anything (in a deployment each process that loads CLIP looks for its own). In code a validated "
+    "start anything (in a deployment each process that loads CLIP looks for its own). Under a plain "
+    "`flwr run .`, Flower checks the keys against `pyproject.toml` before any code of ours runs and refuses a "
+    "misspelt one with `[code: 15] Invalid run configuration.`, without naming it; the same `--run-config` "
+    "given to `python -m fedapp.launch` names it and starts nothing. In code a validated "
     "configuration is a `fedapp.config.RunConfig`, with one typed attribute per key: `num-rounds` is "
     "`config.num_rounds`.",
     "In the tables, *default* is the value as `pyproject.toml` writes it and *allowed* is what a key accepts "

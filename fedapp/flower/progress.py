@@ -17,7 +17,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedapp.metrics import RoundRecord, RunRecorder, progress_line
+from fedapp.errors import StateError
+from fedapp.metrics import RoundRecord, RunRecorder, check_clients_trained, progress_line
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -103,8 +104,8 @@ def done_line(record: RoundRecord, num_rounds: int, elapsed: float, recorder: Ru
     )
 
 
-def log_progress(record: RoundRecord, num_rounds: int, recorder: RunRecorder | None) -> None:
-    """Log the round's progress line (with ETA) and, after the last round, the run's ``done:`` line.
+def log_progress(record: RoundRecord, num_rounds: int, recorder: RunRecorder | None) -> float:
+    """Log the round's progress line (with ETA); returns the seconds since the run's first round here began.
 
     Parameters
     ----------
@@ -113,12 +114,26 @@ def log_progress(record: RoundRecord, num_rounds: int, recorder: RunRecorder | N
     num_rounds : int
         The rounds of the whole run (a resumed run's included).
     recorder : RunRecorder, optional
-        The run's recorder: it identifies the run (its clock) and names the results folder.
+        The run's recorder: it identifies the run (its clock).
     """
     elapsed, remaining = clock_of(recorder).tick(record.round, record.round_seconds, num_rounds)
     log.info(timed_progress_line(record, num_rounds, elapsed, remaining))
-    if record.round >= num_rounds:
-        log.info(done_line(record, num_rounds, elapsed, recorder))
+    return elapsed
+
+
+def log_done(record: RoundRecord, num_rounds: int, elapsed: float, recorder: RunRecorder | None) -> None:
+    """After the last round is written, the run's ``done:`` line, naming the results folder; none for
+    a run whose written rounds trained or tested no client, which the ServerApp then ends with that
+    error (:func:`fedapp.metrics.check_clients_trained`): "done" would not be true of it."""
+    if record.round < num_rounds:
+        return
+    folder = getattr(recorder, "directory", None)
+    if folder is not None:
+        try:
+            check_clients_trained(folder)
+        except StateError:
+            return
+    log.info(done_line(record, num_rounds, elapsed, recorder))
 
 
 # A round line as a log shows it (after Flower's "INFO :" prefix): what the progress bar needs.

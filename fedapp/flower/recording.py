@@ -1,9 +1,8 @@
 """The server's accounting: what a round accumulates between fit and evaluate
 (:class:`RoundLog`), the run's running totals (:class:`RunTotals`), the metrics means
 and accuracy statistics of a round's replies (held-out clients, per domain, base-to-novel:
-:func:`summarize_evaluation`), and how a finished round becomes a
-:class:`~fedapp.metrics.RoundRecord` (:func:`close_round`) written to the recorder
-(:func:`write_round`).
+:func:`summarize_evaluation`), and how a finished round becomes a :class:`~fedapp.metrics.RoundRecord`
+(:func:`close_round`) written to the recorder (:func:`write_round`).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from fedapp.data.partition_report import (
     write_partition_files,
 )
 from fedapp.errors import StateError
-from fedapp.flower.progress import log_progress
+from fedapp.flower.progress import log_done, log_progress
 from fedapp.metrics import MB, AccuracyStats, RoundRecord, RunRecorder
 from fedapp.tracking import open_tracker
 
@@ -310,10 +309,10 @@ def write_round(
     record: RoundRecord, recorder: RunRecorder | None, num_rounds: int, save_checkpoint: Callable[[int], object]
 ) -> None:
     """Log the round's progress line; with a recorder, append the record, then checkpoint
-    the run (``save_checkpoint(round)``) and, after the last round, draw the plots."""
-    log_progress(record, num_rounds, recorder)
+    the run (``save_checkpoint(round)``) and, after the last round, draw the plots; then the ``done:`` line."""
+    elapsed = log_progress(record, num_rounds, recorder)
     if recorder is None:
-        return
+        return log_done(record, num_rounds, elapsed, recorder)
     try:
         recorder.add(record)
         save_checkpoint(record.round)
@@ -325,6 +324,7 @@ def write_round(
             f"cannot write run folder {recorder.directory} after round {record.round}: {err.strerror or err}{where}; "
             f"the run stops here, and {what_can_resume(recorder.directory)}"
         ) from err
+    log_done(record, num_rounds, elapsed, recorder)
 
 
 def open_recorder(config: RunConfig, domain_names: Sequence[str]) -> RunRecorder:

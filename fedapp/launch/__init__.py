@@ -15,6 +15,7 @@ Everything after the options is the ordinary ``--run-config`` syntax of Flower.
 This module holds :func:`run` and the command line; its parts, each importable from here:
 
 * :mod:`fedapp.launch.settings`: overrides, presets and client resources, checked before anything starts;
+* :mod:`fedapp.launch.data_check`: the runs' data loaded and partitioned before anything starts;
 * :mod:`fedapp.launch.processes`: ports, SuperLink PIDs, stopping process trees;
 * :mod:`fedapp.launch.federation`: the private Flower home and one ``flwr run`` submitted to it;
 * :mod:`fedapp.launch.stream`: the run's log as the user sees it (cleaned; a progress bar on a terminal).
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from fedapp.config import APP_ROOT
 from fedapp.errors import FedAppError
+from fedapp.launch.data_check import check_runs_data
 from fedapp.launch.federation import LOCAL_CONNECTION_TOML, RunFailed, flower_env, local_federation, submit
 from fedapp.launch.processes import (
     free_port,
@@ -117,6 +119,7 @@ def run(
         print(finished, flush=True)  # nothing started, nothing written
         return prepared.run_dir
     check_writable_folders(prepared.config.values, simulation=True)
+    check_runs_data([prepared.overrides])
     with local_federation(flwr_home) as env:
         return submit(
             prepared,

@@ -15,12 +15,11 @@ from fedapp.flower.progress import (
     clock_of,
     done_line,
     format_duration,
-    log_progress,
     parse_round_line,
     timed_progress_line,
 )
 from fedapp.flower.recording import write_round
-from fedapp.metrics import RoundRecord
+from fedapp.metrics import RoundRecord, RunRecorder
 from tests.unit.records import round_record
 
 
@@ -106,20 +105,30 @@ def test_a_round_line_is_read_back_from_a_log_line():
         assert parse_round_line(other) is None
 
 
-def test_the_last_round_is_followed_by_the_done_line_naming_the_results(caplog):
-    class Recorder:
-        directory = Path("/results/run-1")
-
-    recorder = Recorder()
+def test_the_last_round_is_followed_by_the_done_line_naming_the_results(caplog, tmp_path):
+    recorder = RunRecorder(tmp_path, "run-1", {}, 0.8)
     with caplog.at_level(logging.INFO, logger="flwr.fedapp"):
-        log_progress(a_record(1), 2, recorder)
-        log_progress(a_record(2, acc=0.8, mb=24.5), 2, recorder)
-    lines = caplog.messages
+        for record in (a_record(1), a_record(2, acc=0.8, mb=24.5)):
+            write_round(record, recorder, 2, lambda server_round: None)
+    lines = [line for line in caplog.messages if "round" in line]
     assert len(lines) == 3
     assert [parse_round_line(line).round for line in lines[:2]] == [1, 2]
     assert lines[1].endswith("| ETA 0s")
     assert lines[2].startswith("done: round 2/2 | final acc mean 0.800 | 24.50 MB | ")
-    assert lines[2].endswith("| results in /results/run-1")
+    assert lines[2].endswith(f"| results in {recorder.directory}")
+
+
+def test_a_run_whose_rounds_trained_no_client_gets_no_done_line(caplog, tmp_path):
+    """Issue 63: SuperNodes that refused every round (class names not the server's) left a run that
+    ended "done: ... final acc mean 0.500"; the ServerApp's error about it is then the last word."""
+    recorder = RunRecorder(tmp_path, "run-1", {}, 0.8)
+    with caplog.at_level(logging.INFO, logger="flwr.fedapp"):
+        for server_round in (1, 2):
+            record = a_record(server_round)
+            record.clients_fit = 0
+            write_round(record, recorder, 2, lambda server_round: None)
+    assert not any(line.startswith("done:") for line in caplog.messages), caplog.messages
+    assert len([line for line in caplog.messages if parse_round_line(line)]) == 2
 
 
 def test_write_round_logs_the_round_line_with_its_eta(caplog):

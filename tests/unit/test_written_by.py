@@ -88,6 +88,7 @@ def test_a_second_sweep_into_a_results_folder_another_sweep_holds_is_refused(tmp
 
     submitted = []
     monkeypatch.setattr(sweep, "local_federation", contextlib.nullcontext)
+    monkeypatch.setattr(sweep, "check_runs_data", lambda overrides, labels: None)  # a child process
     monkeypatch.setattr(
         sweep, "submit", lambda prepared, env, **_: submitted.append(prepared) or run_folder(prepared.run_dir)
     )
