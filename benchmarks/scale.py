@@ -21,13 +21,22 @@ cross-device table of docs/scale.md keeps 100 a round out of 1,000 to 10,000::
     python benchmarks/scale.py --data /data/cifar10-train.tar.gz
     python benchmarks/scale.py --data /data/cifar10-train.tar.gz --methods pfedlora --state disk \
         --settings 1000:0.1,5000:0.02,10000:0.01
-    python benchmarks/scale.py --smoke          # 8 clients on digits (CI); no timing is asserted
+    python benchmarks/scale.py --smoke          # 300 clients on digits (CI); no timing is asserted
+
+Every client tests on images drawn from a shared test pool (``reserve-test``: 10% of the source,
+which no client trains on, ``len(pool) // N`` images a client, of its own classes): at 10,000 clients
+a client holds about 5 images, too few for a test split of its own, and a run in which no client is
+tested ends in error (issue 42). The table says how many clients each round tested, with how many
+images each, and the last round's accuracy; a run without an accuracy gets no row. The smoke mode
+holds as few images a client (300 clients of digits), so a change that leaves such clients untested
+fails there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -50,7 +59,10 @@ METHODS: dict[str, dict[str, Any]] = {
     # Each client keeps its own variable-length local prompt; the global prompt travels.
     "sdfed": {"shots-per-class": 16},
 }
-SMOKE_SETTINGS = "8:0.25"
+SMOKE_SETTINGS = "300:0.03"
+"""About 5 images a client, as at 10,000 clients of CIFAR-10; 9 clients a round."""
+TEST_POOL = 0.1
+"""``reserve-test``: the share of the source every client draws its test images from."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,10 @@ class ScaleRun:
     peak_pss: int
     used_growth: int
     processes: int
+    clients_tested: list[int]
+    test_images: float
+    """Mean test images of a client (``partition.json``)."""
+    final_accuracy: float
 
     @property
     def steady_seconds(self) -> float:
@@ -202,6 +218,10 @@ def run_scale(method: str, setting: Setting, state: str, common: dict[str, Any],
         run_dir = run(overrides, num_clients=setting.clients, flwr_home=home)
     wall = time.perf_counter() - started
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    final = metrics[-1].get("acc_mean")
+    if final is None or not math.isfinite(final):
+        raise RuntimeError(f"{name}: its last round has no accuracy (no client tested): no row is printed for it")
+    clients = json.loads((run_dir / "partition.json").read_text())["clients"].values()
     result = ScaleRun(
         method=method,
         setting=setting,
@@ -212,6 +232,9 @@ def run_scale(method: str, setting: Setting, state: str, common: dict[str, Any],
         peak_pss=memory.peak_pss,
         used_growth=memory.used_growth,
         processes=memory.peak_processes,
+        clients_tested=[m["clients_evaluated"] for m in metrics],
+        test_images=sum(c["test"]["samples"] for c in clients) / len(clients),
+        final_accuracy=final,
     )
     print(
         f"{name}: {result.steady_seconds:.1f} s/round after round 1, peak {result.peak_pss / GB:.2f} GB",
@@ -229,6 +252,8 @@ def table(runs: Sequence[ScaleRun]) -> str:
         "round 1 s",
         "s/round (2+)",
         "clients fit/round",
+        "tested/round x images",
+        "acc (last)",
         "wall s",
         "peak PSS GB",
         "used +GB",
@@ -243,6 +268,8 @@ def table(runs: Sequence[ScaleRun]) -> str:
             f"{r.round_seconds[0]:.1f}",
             f"{r.steady_seconds:.1f}",
             "/".join(str(c) for c in r.clients_fit),
+            f"{'/'.join(str(c) for c in r.clients_tested)} x {r.test_images:.1f}",
+            f"{r.final_accuracy:.3f}",
             f"{r.wall_seconds:.0f}",
             f"{r.peak_pss / GB:.2f}",
             f"{r.used_growth / GB:.2f}",
@@ -281,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> list[ScaleRun]:
         # The same training work per client at every N (16 images of each of its 2 classes),
         # so that rounds with the same number of sampled clients are comparable across N.
         "shots-per-class": 16,
+        "reserve-test": TEST_POOL,
     }
     runs = []
     with tempfile.TemporaryDirectory(prefix="fedapp-scale-") as scratch:

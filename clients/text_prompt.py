@@ -15,6 +15,7 @@ from torch import nn
 
 from clients.base import FedAppClient, derived_seed
 from fedapp.aggregation import Arrays
+from fedapp.clientdata import clip_weights
 from fedapp.config import client_clip_model_names
 from fedapp.methods import text_prompts as prompts
 from fedapp.models import LoadedClip, load_open_clip
@@ -43,7 +44,7 @@ class PromptClient(FedAppClient):
     def clip(self) -> LoadedClip:
         return load_open_clip(
             self.clip_model_name,
-            self.config.pretrained,
+            clip_weights(self.config, self.clip_model_name),
             device=str(self.device),
             precision=self.config.precision,
         )

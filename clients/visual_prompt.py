@@ -16,6 +16,7 @@ from torch import nn
 
 from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
+from fedapp.clientdata import clip_weights
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import LoadedClip, load_open_clip
 from fedapp.models.image_features import ImageFeatureCache, clip_image_batch
@@ -34,7 +35,7 @@ class VisualPromptClient(FedAppClient):
     def clip(self) -> LoadedClip:
         return load_open_clip(
             self.config.clip_model,
-            self.config.pretrained,
+            clip_weights(self.config, self.config.clip_model),
             device=str(self.device),
             precision=self.config.precision,
         )

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from fedapp.backbones import RESERVE, reserve_backbone
 from fedapp.config import RunConfig, held_out_partitions, parse_local_split
 from fedapp.data import ArrayDataset, load_source, partition_indices, sample_external_test, split_stratified
 from fedapp.data.arrays import resolve_cache_dir
@@ -183,6 +184,23 @@ def _reserved_cached(source: Source, pretrain: float, test: float, reserve_seed:
     whole = _load_cached(source, "train")
     parts = reserve_parts(whole.labels, pretrain=pretrain, test=test, seed=reserve_seed)
     return subset(whole, getattr(parts, part))
+
+
+def clip_weights(config: RunConfig, model_name: str) -> str:
+    """What :func:`fedapp.models.clip.load_open_clip` loads for ``model_name``: the ``pretrained``
+    value, or for ``pretrained = "reserve"`` the checkpoint pretrained on this run's reserve
+    (:func:`fedapp.backbones.reserve_backbone`, made on first use)."""
+    if config.pretrained.strip().lower() != RESERVE:
+        return config.pretrained
+    result = reserve_backbone(
+        _load_cached(_source(config), "train"),
+        model_name,
+        reserve_pretrain=config.reserve_pretrain,
+        reserve_test=config.reserve_test,
+        reserve_seed=config.reserve_seed,
+        cache_dir=resolve_cache_dir(config.cache_dir),
+    )
+    return str(result.checkpoint)
 
 
 def shared_test_pool(config: RunConfig) -> tuple[ArrayDataset, str] | None:

@@ -130,13 +130,26 @@ def cache_key(settings: PretrainSettings, model_config: dict[str, Any], digest: 
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _build(settings: PretrainSettings, device: torch.device) -> tuple[LoadedClip, dict[str, Any]]:
+def model_config_of(model_name: str) -> dict[str, Any]:
+    """open_clip's config of ``model_name`` (ours included)."""
     register_tiny_configs()
     import open_clip  # noqa: PLC0415 - only pretraining and CLIP clients need it
 
-    config = open_clip.get_model_config(settings.model_name)
+    config = open_clip.get_model_config(model_name)
     if config is None:
-        raise ModelError(f"unknown open_clip model {settings.model_name!r}")
+        raise ModelError(f"unknown open_clip model {model_name!r}")
+    return config
+
+
+def cache_key_of(source: ArrayDataset, settings: PretrainSettings) -> str:
+    """The :func:`cache_key` of pretraining on ``source`` with ``settings``, without building the model."""
+    return cache_key(settings, model_config_of(settings.model_name), data_digest(source))
+
+
+def _build(settings: PretrainSettings, device: torch.device) -> tuple[LoadedClip, dict[str, Any]]:
+    config = model_config_of(settings.model_name)
+    import open_clip  # noqa: PLC0415 - only pretraining and CLIP clients need it
+
     torch.manual_seed(settings.seed)
     with open_clip_logging():
         model, _, preprocess = open_clip.create_model_and_transforms(settings.model_name)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fedapp.aggregation import Arrays
+from fedapp.clientdata import clip_weights
 from fedapp.errors import ConfigError, ModelError, StateError
 from fedapp.flower.strategy import ClientUpdate
 from fedapp.methods.fedd2p import (
@@ -58,7 +59,7 @@ class FedD2PStrategy(PerClassStrategy):
         """The frozen CLIP with the generator (built on first use; FedD2P-agg never builds it)."""
         cfg = self.config
         device = select_device(cfg.device)
-        clip = load_open_clip(cfg.clip_model, cfg.pretrained, device=str(device))
+        clip = load_open_clip(cfg.clip_model, clip_weights(cfg, cfg.clip_model), device=str(device))
         descriptions = class_descriptions(self.class_names, cfg.d2p_template, cfg.dataset)
         log.info(
             "FedD2P class descriptions: %s", "; ".join(descriptions[:3]) + ("; ..." if len(descriptions) > 3 else "")

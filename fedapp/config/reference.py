@@ -92,7 +92,12 @@ GROUPS: tuple[Group, ...] = (
             "label distribution. `reserve-pretrain` and `reserve-test` carve the source per class, seeded by "
             "`reserve-seed` only: a share the run never loads (kept for pretraining a backbone, see "
             "`benchmarks/pretrain_clip.py`) and a share that is the clients' test pool (used like "
-            "`test-data-dir`, so set only one of the two); the clients partition the rest. "
+            "`test-data-dir`, so set only one of the two); the clients partition the rest. A CLIP run with "
+            '`pretrained = "reserve"` loads a backbone pretrained on that held-back share by the project\'s own '
+            "recipe (`fedapp/backbones.py`): made by the first process on a machine that needs it (the launcher "
+            "and the sweep, before Flower starts; the time it takes and its zero-shot accuracy on the "
+            "`reserve-test` share are printed), then cached under `cache-dir/pretrained/` by its model, data, "
+            "recipe and carve. "
             "`shots-per-class = 16` is the [few-shot](protocols.md#few-shot) protocol.",
         ),
     ),

@@ -171,6 +171,11 @@ def _check_reserve(config: RunConfig) -> None:
         )
     if (pretrain or test) and (config.dataset == "domains" or config.synthetic_domains):
         raise ConfigError("config keys 'reserve-pretrain'/'reserve-test' apply to single-domain sources only")
+    if config.pretrained.strip().lower() == "reserve" and not (pretrain and test):
+        raise ConfigError(
+            "config key 'pretrained' = 'reserve' pretrains the backbone on the reserve-pretrain share of the data "
+            "and scores it on the reserve-test share: set both (e.g. reserve-pretrain=0.3 reserve-test=0.1)"
+        )
 
 
 def _check_clients(config: RunConfig) -> None:

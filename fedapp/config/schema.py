@@ -208,7 +208,9 @@ class Settings:
     kd_temperature: float = setting(1.0, "softmax temperature of distillation terms", low=0.0, low_open=True)
     fml_alpha: float = setting(0.5, "FML weight of the local model's own CE (1 - alpha on KL)", low=0.0, high=1.0)
     fml_beta: float = setting(0.5, "FML weight of the shared model's own CE (1 - beta on KL)", low=0.0, high=1.0)
-    pretrained: str = setting("", "open_clip pretrained tag or local checkpoint path")
+    pretrained: str = setting(
+        "", 'open_clip pretrained tag, local checkpoint path, or "reserve" (made from reserve-pretrain on first use)'
+    )
     clip_model: str = setting("fedapp-tiny-clip", "open_clip model of the CLIP methods")
     client_clip_models: str = setting("", "comma list of open_clip models cycled over clients (model heterogeneity)")
     precision: str = setting("fp32", "precision of the frozen encoders", choices=("fp32", "fp16", "bf16"))

@@ -7,13 +7,15 @@ simulation that is after Flower has started the SuperLink and every simulated Su
 launcher and the sweep make the same check first, here. It runs in a child process because it
 needs torch and the data, which the launcher itself never holds (its memory lasts the whole run);
 the decoded arrays and partitions it writes to the cache (``cache-dir``) are the ones the run then
-reads. The child reads a JSON list of the runs' overrides on its standard input and prints a refusal
-as ``{"run": index, "error": message}``.
+reads, and so is the backbone it pretrains when a CLIP run names ``pretrained = "reserve"``
+(:mod:`fedapp.backbones`), whose progress it prints. The child reads a JSON list of the runs'
+overrides on its standard input and prints a refusal as ``{"run": index, "error": message}``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,7 +41,7 @@ def check_runs_data(overrides: Sequence[Mapping[str, Any]], labels: Sequence[str
         # Not ``-m``: fedapp.launch imports this module, and runpy warns of a module run that is imported.
         [sys.executable, "-c", "import sys; from fedapp.launch.data_check import main; sys.exit(main())"],
         input=json.dumps([dict(item) for item in overrides], default=str),
-        capture_output=True,
+        stdout=subprocess.PIPE,  # the refusal; its log (a backbone pretrained on first use) goes to the user
         text=True,
         check=False,
     )
@@ -49,16 +51,18 @@ def check_runs_data(overrides: Sequence[Mapping[str, Any]], labels: Sequence[str
         refusal = json.loads(proc.stdout)
         index, message = int(refusal["run"]), str(refusal["error"])
     except (ValueError, KeyError, TypeError):  # the child died before it could say (a crash, no memory)
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"the check of the runs' data ended with exit code {proc.returncode}: {last}") from None
+        raise ConfigError(
+            f"the check of the runs' data ended with exit code {proc.returncode} (its output is above)"
+        ) from None
     raise ConfigError(f"{labels[index]}: {message}" if index < len(labels) else message)
 
 
 def _check(items: Sequence[Mapping[str, Any]]) -> None:
-    from fedapp.clientdata import check_data  # noqa: PLC0415 - torch and the data: this process only
-    from fedapp.config import partition_settings, resolve_run_config  # noqa: PLC0415
+    from fedapp.catalog import CATALOG  # noqa: PLC0415
+    from fedapp.clientdata import check_data, clip_weights  # noqa: PLC0415 - torch and the data: this process only
+    from fedapp.config import client_clip_model_names, partition_settings, resolve_run_config  # noqa: PLC0415
 
-    seen = []
+    seen: list = []
     for index, item in enumerate(items):
         try:
             config = resolve_run_config(item)
@@ -66,6 +70,11 @@ def _check(items: Sequence[Mapping[str, Any]]) -> None:
             if data not in seen:
                 seen.append(data)
                 check_data(config, config.num_partitions)
+            backbone = CATALOG[config.method].backbone
+            if backbone != "cnn":  # a backbone made on first use: made now
+                names = client_clip_model_names(config) if backbone == "clip-text" else (config.clip_model,)
+                for model_name in names:
+                    clip_weights(config, model_name)
         except (FedAppError, OSError) as err:
             raise _Refused(index, str(err)) from err
 
@@ -77,6 +86,7 @@ class _Refused(Exception):
 
 
 def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         _check(json.loads(sys.stdin.read()))
     except _Refused as refused:
