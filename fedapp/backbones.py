@@ -18,6 +18,7 @@ import logging
 import time
 from pathlib import Path
 
+from fedapp.config.schema import RESERVE_BACKBONE
 from fedapp.data.arrays import ArrayDataset
 from fedapp.errors import ModelError
 from fedapp.pretrain import PretrainResult, PretrainSettings, cache_key_of, default_checkpoint, pretrain_clip
@@ -26,7 +27,7 @@ __all__ = ["RESERVE", "RESERVE_RECIPE", "reserve_backbone"]
 
 log = logging.getLogger("flwr.fedapp")
 
-RESERVE = "reserve"
+RESERVE = RESERVE_BACKBONE
 """The ``pretrained`` value that asks for a backbone pretrained on the run's reserve."""
 
 RESERVE_RECIPE = PretrainSettings(model_name="", epochs=40, batch_size=64, lr=5e-4, warmup_epochs=1.0)

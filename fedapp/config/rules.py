@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from fedapp.catalog import CATALOG, check_method_options, methods_where, text_prompt_lengths
 from fedapp.config.aggregation_rules import UPLOAD_RULES
 from fedapp.config.derived import client_clip_model_names, client_model_names, held_out_partitions, parse_local_split
-from fedapp.config.schema import DATASET_CLASSES, did_you_mean
+from fedapp.config.schema import DATASET_CLASSES, RESERVE_BACKBONE, did_you_mean
 from fedapp.errors import ConfigError
 from fedapp.extras import clip_client_requirements, require_all
 
@@ -171,7 +171,7 @@ def _check_reserve(config: RunConfig) -> None:
         )
     if (pretrain or test) and (config.dataset == "domains" or config.synthetic_domains):
         raise ConfigError("config keys 'reserve-pretrain'/'reserve-test' apply to single-domain sources only")
-    if config.pretrained.strip().lower() == "reserve" and not (pretrain and test):
+    if config.pretrained.strip().lower() == RESERVE_BACKBONE and not (pretrain and test):
         raise ConfigError(
             "config key 'pretrained' = 'reserve' pretrains the backbone on the reserve-pretrain share of the data "
             "and scores it on the reserve-test share: set both (e.g. reserve-pretrain=0.3 reserve-test=0.1)"

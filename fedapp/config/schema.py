@@ -34,6 +34,8 @@ DEVICES = ("auto", "cpu", "cuda")
 TRACKERS = ("none", "mlflow", "tensorboard")
 FLOWER_APIS = ("legacy", "message")
 DATASET_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100}
+RESERVE_BACKBONE = "reserve"
+"""The ``pretrained`` value asking for a backbone pretrained on the run's reserve (:mod:`fedapp.backbones`)."""
 # Where the app's own files live; presets given as relative paths are also
 # looked up here, so they resolve the same inside a Flower app bundle (this file is
 # fedapp/config/schema.py: three levels below the app root).

@@ -17,10 +17,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps
 
+from fedapp.cachedir import CACHE_ENV_VAR, DEFAULT_CACHE_DIR, resolve_cache_dir  # noqa: F401 - their old home
 from fedapp.errors import DataError
-
-CACHE_ENV_VAR = "FEDAPP_CACHE_DIR"
-DEFAULT_CACHE_DIR = Path("~/.cache/fedapp")
 
 # Resizing a whole split at once as float32 can need gigabytes; chunks bound it.
 _RESIZE_CHUNK = 4096
@@ -229,24 +227,6 @@ def check_image_size(image_size: int) -> int:
     if image_size < 1:
         raise DataError(f"image_size must be >= 1, got {image_size}")
     return int(image_size)
-
-
-def resolve_cache_dir(cache_dir: str = "") -> Path:
-    """Where decoded datasets and extracted archives are cached.
-
-    Parameters
-    ----------
-    cache_dir : str
-        Explicit folder; wins over the ``FEDAPP_CACHE_DIR`` environment variable,
-        which wins over ``~/.cache/fedapp``.
-
-    Returns
-    -------
-    Path
-        The (not necessarily existing) absolute cache folder.
-    """
-    chosen = cache_dir or os.environ.get(CACHE_ENV_VAR, "") or str(DEFAULT_CACHE_DIR)
-    return Path(chosen).expanduser().resolve()
 
 
 def read_cached_dataset(cache_file: Path) -> ArrayDataset | None:

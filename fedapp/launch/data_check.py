@@ -14,13 +14,17 @@ overrides on its standard input and prints a refusal as ``{"run": index, "error"
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from fedapp.cachedir import resolve_cache_dir
+from fedapp.config import RESERVE_BACKBONE, partition_settings, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError
 
 __all__ = ["check_runs_data"]
@@ -37,10 +41,13 @@ def check_runs_data(overrides: Sequence[Mapping[str, Any]], labels: Sequence[str
         With the refusal's one line (e.g. ``num_partitions must be between 1 and the number of
         samples (1797), got 5000``), after ``labels[i]: `` of the run it concerns when labels are given.
     """
+    pending = [index for index, item in enumerate(overrides) if not passed_before(item).exists()]
+    if not pending:
+        return
     proc = subprocess.run(
         # Not ``-m``: fedapp.launch imports this module, and runpy warns of a module run that is imported.
         [sys.executable, "-c", "import sys; from fedapp.launch.data_check import main; sys.exit(main())"],
-        input=json.dumps([dict(item) for item in overrides], default=str),
+        input=json.dumps([dict(overrides[index]) for index in pending], default=str),
         stdout=subprocess.PIPE,  # the refusal; its log (a backbone pretrained on first use) goes to the user
         text=True,
         check=False,
@@ -54,13 +61,30 @@ def check_runs_data(overrides: Sequence[Mapping[str, Any]], labels: Sequence[str
         raise ConfigError(
             f"the check of the runs' data ended with exit code {proc.returncode} (its output is above)"
         ) from None
+    index = pending[index]
     raise ConfigError(f"{labels[index]}: {message}" if index < len(labels) else message)
+
+
+def passed_before(overrides: Mapping[str, Any]) -> Path:
+    """The file the check leaves in the cache once a run's data passed (its presence skips the child):
+    named by what the check depends on, the partition's keys, the image size, the backbone a run
+    asks to have made, and the size and time of the data files named."""
+    values = resolve_run_config(overrides).values
+    facts: dict[str, Any] = {**partition_settings(values), "image-size": values["image-size"]}
+    if str(values["pretrained"]).strip().lower() == RESERVE_BACKBONE:
+        facts.update({key: values[key] for key in ("method", "clip-model", "client-clip-models")})
+    for key in ("data-dir", "test-data-dir"):
+        path = Path(str(values[key])).expanduser()
+        if values[key] and path.exists():
+            facts[f"{key} stat"] = [path.stat().st_size, path.stat().st_mtime_ns]
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return resolve_cache_dir(str(values["cache-dir"])) / "data-checks" / digest
 
 
 def _check(items: Sequence[Mapping[str, Any]]) -> None:
     from fedapp.catalog import CATALOG  # noqa: PLC0415
     from fedapp.clientdata import check_data, clip_weights  # noqa: PLC0415 - torch and the data: this process only
-    from fedapp.config import client_clip_model_names, partition_settings, resolve_run_config  # noqa: PLC0415
+    from fedapp.config import client_clip_model_names  # noqa: PLC0415
 
     seen: list = []
     for index, item in enumerate(items):
@@ -75,6 +99,9 @@ def _check(items: Sequence[Mapping[str, Any]]) -> None:
                 names = client_clip_model_names(config) if backbone == "clip-text" else (config.clip_model,)
                 for model_name in names:
                     clip_weights(config, model_name)
+            stamp = passed_before(item)
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
         except (FedAppError, OSError) as err:
             raise _Refused(index, str(err)) from err
 

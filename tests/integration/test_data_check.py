@@ -4,6 +4,7 @@ The launcher's case is in tests/system/test_launch.py (its bad-input table)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -31,3 +32,20 @@ def test_good_data_passes_and_a_refusal_names_its_run():
         check_runs_data([{"num-partitions": 2}, {"num-partitions": 5000}], ["first", "second"])
     with pytest.raises(ConfigError, match=r"^config key 'data-dir' = '/no/such/data': path does not exist$"):
         check_runs_data([{"dataset": "imagefolder", "data-dir": "/no/such/data"}])
+
+
+def test_data_that_passed_is_not_checked_again_until_its_setting_or_files_change(tmp_path, monkeypatch):
+    """The check leaves a stamp in the cache, named by what it depends on: a second launch of the
+    same data starts no child process (seconds a launch, many in a sweep)."""
+    from fedapp.launch import data_check  # noqa: PLC0415
+
+    run = {"num-partitions": 3, "cache-dir": str(tmp_path / "cache")}
+    check_runs_data([run])
+    assert data_check.passed_before(run).is_file()
+    inputs = []
+    real_run = data_check.subprocess.run
+    monkeypatch.setattr(data_check.subprocess, "run", lambda *a, **k: inputs.append(k["input"]) or real_run(*a, **k))
+    check_runs_data([run, {**run, "seed": 1}, {**run, "lr": 0.5}])  # the partition depends on the seed, not lr
+    assert [[item.get("seed") for item in json.loads(sent)] for sent in inputs] == [[1]]
+    check_runs_data([{**run, "seed": 1}])
+    assert len(inputs) == 1  # its stamp was written by that child
