@@ -14,6 +14,7 @@ overrides on its standard input and prints a refusal as ``{"run": index, "error"
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -99,11 +100,12 @@ def _check(items: Sequence[Mapping[str, Any]]) -> None:
                 names = client_clip_model_names(config) if backbone == "clip-text" else (config.clip_model,)
                 for model_name in names:
                     clip_weights(config, model_name)
-            stamp = passed_before(item)
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            stamp.touch()
         except (FedAppError, OSError) as err:
             raise _Refused(index, str(err)) from err
+        stamp = passed_before(item)
+        with contextlib.suppress(OSError):  # only spares the next launch the check: never a reason to refuse
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.touch()
 
 
 class _Refused(Exception):
