@@ -139,7 +139,7 @@ def family_block(family: Family) -> str:
         raise ClaimsError(f"{reported[0].path}: seed {family.select_seed} chose the settings; no table may report it")
     # Linked from benchmarks/CLAIMS.md, named from the repository's root.
     link, name = os.path.relpath(family.records, PAGES["claims"].parent), os.path.relpath(family.records, ROOT)
-    where = f"[`{name}/`]({link}/), {len(records)} runs" if records else f"none yet (they land in `{name}/`)"
+    where = f"[`{name}/`]({link}/), {len(records)} runs" if records else f"no reported run yet (they land in `{name}/`)"
     parts = [f"Records: {where}. Choices: {family.selection}."]
     if family.select_grids:
         parts.append(selection_table(family))

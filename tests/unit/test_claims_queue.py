@@ -134,7 +134,7 @@ def test_a_family_none_of_whose_runs_has_landed_has_a_page_block_without_figures
     # A fresh clone has no folder for it (git keeps no empty folders): that is no records, not an error.
     assert not family.records.exists()
     block = claims.family_block(family)
-    assert "Records: none yet (they land in" in block
+    assert "Records: no reported run yet (they land in" in block
     assert "Claims without records yet" in block and "FedAvg beats Standalone" in block
 
 
