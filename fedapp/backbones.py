@@ -23,20 +23,18 @@ from fedapp.data.arrays import ArrayDataset
 from fedapp.errors import ModelError
 from fedapp.pretrain import PretrainResult, PretrainSettings, cache_key_of, default_checkpoint, pretrain_clip
 
-__all__ = ["RESERVE", "RESERVE_RECIPE", "reserve_backbone"]
+__all__ = ["RESERVE_RECIPE", "reserve_backbone"]
 
 log = logging.getLogger("flwr.fedapp")
-
-RESERVE = RESERVE_BACKBONE
-"""The ``pretrained`` value that asks for a backbone pretrained on the run's reserve."""
 
 RESERVE_RECIPE = PretrainSettings(model_name="", epochs=40, batch_size=64, lr=5e-4, warmup_epochs=1.0)
 """The schedule of a reserve backbone (the model and the carve are the run's), chosen on the zero-shot
 accuracy of the pretraining images held back for the training curve (measured 2026-12-07 on digits,
-reserve-pretrain 0.5, reserve-test 0.1, 2 loaded CPUs): ``fedapp-tiny-clip`` 0.73 at lr 1e-3 for 30
-epochs, 0.84 at 5e-4 for 40; ``fedapp-tiny-vit`` collapsed to chance at 1e-3 (loss at ln 64 from
-epoch 2) and reached 0.93 at 5e-4 for 40. The chosen recipe then scored 0.84 (tiny CLIP) and 0.88
-(tiny ViT) zero-shot on the reserve's test part; it took 150 and 560 s there, beside other runs."""
+reserve-test 0.1, batch 64, 2 loaded CPUs): at reserve-pretrain 0.5, ``fedapp-tiny-clip`` 0.73 at lr
+1e-3 for 30 epochs and 0.84 at 5e-4 for 40, ``fedapp-tiny-vit`` 0.93 at 5e-4 for 40; at 0.3, the tiny
+ViT collapsed to chance at 1e-3 for 30 epochs (loss at ln 64 from epoch 2) and reached 0.20 at 3e-4
+for 20. The chosen recipe then scored 0.84 (tiny CLIP) and 0.88 (tiny ViT) zero-shot on the reserve's
+test part; it took 150 and 560 s there, beside other runs."""
 
 
 def reserve_backbone(
@@ -58,7 +56,7 @@ def reserve_backbone(
     """
     if reserve_pretrain <= 0 or reserve_test <= 0:
         raise ModelError(
-            f'pretrained = "{RESERVE}" pretrains on the reserve-pretrain share of the data and scores on the '
+            f'pretrained = "{RESERVE_BACKBONE}" pretrains on the reserve-pretrain share of the data and scores on the '
             "reserve-test share: set both (e.g. reserve-pretrain=0.3 reserve-test=0.1)"
         )
     settings = PretrainSettings(

@@ -17,8 +17,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from fedapp.backbones import RESERVE, reserve_backbone
-from fedapp.config import RunConfig, held_out_partitions, parse_local_split
+from fedapp.backbones import reserve_backbone
+from fedapp.config import RESERVE_BACKBONE, RunConfig, held_out_partitions, parse_local_split
 from fedapp.data import ArrayDataset, load_source, partition_indices, sample_external_test, split_stratified
 from fedapp.data.arrays import resolve_cache_dir
 from fedapp.data.reserve import reserve_parts, subset
@@ -190,8 +190,14 @@ def clip_weights(config: RunConfig, model_name: str) -> str:
     """What :func:`fedapp.models.clip.load_open_clip` loads for ``model_name``: the ``pretrained``
     value, or for ``pretrained = "reserve"`` the checkpoint pretrained on this run's reserve
     (:func:`fedapp.backbones.reserve_backbone`, made on first use)."""
-    if config.pretrained.strip().lower() != RESERVE:
+    if config.pretrained.strip().lower() != RESERVE_BACKBONE:
         return config.pretrained
+    return _reserve_weights(config, model_name)
+
+
+@functools.lru_cache(maxsize=8)
+def _reserve_weights(config: RunConfig, model_name: str) -> str:
+    # Once per process: a worker builds a client per message, and the key digests every image.
     result = reserve_backbone(
         _load_cached(_source(config), "train"),
         model_name,

@@ -449,14 +449,14 @@ def pretrain_clip(
     DataError
         If the carve leaves a class without pretraining images.
     """
-    clip, model_config = _build(settings, torch.device(device))
-    key = cache_key(settings, model_config, data_digest(source))
     if out is None and cache_dir is None:
         raise ModelError("pretrain_clip needs an output path or a cache folder")
+    key = cache_key_of(source, settings)
     out = Path(out) if out is not None else default_checkpoint(cache_dir, settings.model_name, key)
     finished = _finished_result(out, key)
     if finished is not None:
-        return finished
+        return finished  # without building the model: a cached backbone is found in milliseconds
+    clip, model_config = _build(settings, torch.device(device))
     train_idx, curve_idx, test_idx = _carve(source, settings)
     curve = _train(clip, source, train_idx, curve_idx, settings, key, _partial(out), on_epoch)
     test_images, test_labels = source.images[test_idx], source.labels[test_idx]
