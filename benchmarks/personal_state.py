@@ -8,7 +8,7 @@ process, as a simulation worker serves them, two ways, taken in turn for each cl
 - ``npz + build``: the format and the path of releases before 2026-12 (``np.savez``,
   ``np.load``, a model copied from a seeded template, then overwritten);
 - ``safetensors + assign``: what :class:`fedapp.state.DiskStateStore` and
-  :meth:`clients.base.FedAppClient.load_personal_model` do now (the model is built
+  :meth:`fedapp.clients.base.FedAppClient.load_personal_model` do now (the model is built
   on the ``meta`` device and given the stored tensors).
 
 It prints the median milliseconds per client of each step::

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from clients.per_class import PerClassClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.per_class import PerClassClient
 from fedapp.methods import fd
 from fedapp.training import LossFn
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.base import FedAppClient
 from fedapp.params import get_arrays, set_arrays
 
 

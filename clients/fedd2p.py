@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from clients.per_class import PerClassClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.per_class import PerClassClient
 from fedapp.methods.fedd2p import distillation_term, knowledge_loss, soft_labels
 from fedapp.training import LossFn, cross_entropy_loss
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clients.mutual import MutualClient
+from fedapp.clients.mutual import MutualClient
 from fedapp.methods.fedkd import fedkd_loss
 from fedapp.training import LossFn
 

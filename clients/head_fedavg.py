@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.visual_prompt import INPUTS, VisualPromptClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.visual_prompt import INPUTS, VisualPromptClient
 from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
 from fedapp.training import EvalResult, TensorData

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.visual_prompt import VisualPromptClient
 from fedapp.models.vpt import PromptedViT, VisualPrompts
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
 

@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from clients.visual_prompt import VisualPromptClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.visual_prompt import VisualPromptClient
 from fedapp.methods.pep_fedpt import (
     MixingRecorder,
     OracleMixer,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.base import FedAppClient
 from fedapp.flops import forward_flops
 from fedapp.methods.per_class import per_class_means
 from fedapp.training import LossFn

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from clients.text_prompt import PromptClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.text_prompt import PromptClient
 from fedapp.methods import text_prompts as prompts
 from fedapp.models.text_prompt import PromptTextEncoder
 

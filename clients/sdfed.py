@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from clients.text_prompt import PromptClient
 from fedapp.aggregation import Arrays
+from fedapp.clients.text_prompt import PromptClient
 from fedapp.methods.local_prompt_lengths import parse_local_lengths
 from fedapp.methods.sdfed import (
     SDFedClassifier,

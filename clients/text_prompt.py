@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.base import FedAppClient, derived_seed
 from fedapp.aggregation import Arrays
 from fedapp.clientdata import clip_weights
+from fedapp.clients.base import FedAppClient, derived_seed
 from fedapp.config import client_clip_model_names
 from fedapp.methods import text_prompts as prompts
 from fedapp.models import LoadedClip, load_open_clip

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
 from fedapp.clientdata import clip_weights
+from fedapp.clients.base import FedAppClient
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import LoadedClip, load_open_clip
 from fedapp.models.image_features import ImageFeatureCache, clip_image_batch

@@ -7,21 +7,25 @@ a client that never trained, and which protocols it supports. The config
 validation, the registry, the privacy checks, the report and the docs read these
 facts; nothing else keeps lists of method names.
 
+The catalog is filled from the ``fedapp.methods`` entry points of the installed packages:
+ours (:mod:`fedapp.builtin_methods`, declared in ``pyproject.toml``) and any package of
+yours that declares a ``MethodSpec`` the same way (docs/extending.md), so a method of your own
+runs through ``python -m fedapp.launch``, ``flwr run`` and the sweep without a change here.
+
 This module is plain data: it imports neither Flower nor torch. A method's own option
 checks are named by import path, as its strategy and client are, and imported when run.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import import_module
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
 
 Backbone = Literal["cnn", "clip-text", "clip-vision", "cnn+server-clip"]
 Uploads = Literal["parameters", "per-class", "nothing"]
-
-_PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
 
 
 @dataclass(frozen=True)
@@ -102,279 +106,57 @@ class MethodSpec:
         return self.name.replace("-", "_")
 
 
-_LOCAL_MODEL = "clients are scored on their own local model, which a new client has not trained"
-_ALONE = "each client trains its own model alone, so a client that never trained has none"
-_PER_CLASS_ONLY = "clients share per-class knowledge, not a model; a new client's model is untrained"
-_SDFED_KEYS = (
-    "local-prompt-lengths",
-    "sdfed-lambda",
-    "sdfed-gamma",
-    "sdfed-alpha",
-    "sdfed-beta",
-    "projector-mode",
-    "sdfed-combination",
-    "sdfed-separation-moves-global",
-)
-_PEP_FEDPT_KEYS = (
-    "prompt-lr-scale",
-    "class-prompt-layers",
-    "class-prompt-length",
-    "ccmp-temperature",
-    "pep-mixer",
-    "prototype-momentum",
-)
-# The clients' keys; the baseline B2 (fedd2p-agg) has no prompt generator, so reads these alone.
-_FEDD2P_CLIENT_KEYS = ("kd-weight", "warmup-epochs", "d2p-tau1", "d2p-distil-temperature")
-_FEDD2P_KEYS = (
-    *_FEDD2P_CLIENT_KEYS,
-    "d2p-tau2",
-    "d2p-steps",
-    "d2p-lr",
-    "d2p-prompt-tokens",
-    "d2p-template",
-    "d2p-generator",
-)
+ENTRY_POINT_GROUP = "fedapp.methods"
+"""The entry-point group a package declares its methods in: ``<method> = "<module>:<MethodSpec object>"``."""
 
-CATALOG: dict[str, MethodSpec] = {
-    spec.name: spec
-    for spec in (
-        MethodSpec(
-            "fedavg",
-            "strategies.fedavg:FedAvgStrategy",
-            "clients.fedavg:FedAvgClient",
-            "one shared model, example-weighted averaging (McMahan et al., 2017)",
-            "cnn",
-            "parameters",
-        ),
-        MethodSpec(
-            "standalone",
-            "strategies.standalone:StandaloneStrategy",
-            "clients.standalone:StandaloneClient",
-            "each client trains its own model alone; nothing is shared",
-            "cnn",
-            "nothing",
-            "uploads nothing (each client trains alone)",
-            mixed_models=True,
-            new_client_note=_ALONE,
-            personal_state=True,
-        ),
-        MethodSpec(
-            "pfedlora",
-            "strategies.pfedlora:PFedLoRAStrategy",
-            "clients.pfedlora:PFedLoRAClient",
-            "heterogeneous CNNs share a low-rank adapter, trained iteratively with the local model (Yi et al., 2024)",
-            "cnn",
-            "parameters",
-            mixed_models=True,
-            new_client_note="only the low-rank adapter is shared; a new client's own CNN is untrained",
-            personal_state=True,
-            keys=("adapter-kind", "adapter-hidden", "adapter-init", "pfedlora-inference", "mu"),
-        ),
-        MethodSpec(
-            "lg-fedavg",
-            "strategies.lg_fedavg:LGFedAvgStrategy",
-            "clients.lg_fedavg:LGFedAvgClient",
-            "local representations, one shared classifier head (Liang et al., 2020)",
-            "cnn",
-            "parameters",
-            mixed_models=True,
-            new_client_note="only the classifier head is shared; a new client's representation layers are untrained",
-            personal_state=True,
-        ),
-        MethodSpec(
-            "fedper",
-            "strategies.fedper:FedPerStrategy",
-            "clients.fedper:FedPerClient",
-            "shared base layers, a personal classifier head per client (Arivazhagan et al., 2019)",
-            "cnn",
-            "parameters",
-            new_client_note="only the base layers are shared; a new client's head is untrained",
-            personal_state=True,
-        ),
-        MethodSpec(
-            "fedproto",
-            "strategies.fedproto:FedProtoStrategy",
-            "clients.fedproto:FedProtoClient",
-            "per-class prototypes and a prototype regulariser (Tan et al., 2022)",
-            "cnn",
-            "per-class",
-            f"uploads per-class prototypes {_PER_CLASS}",
-            mixed_models=True,
-            new_client_note=_PER_CLASS_ONLY,
-            personal_state=True,
-            keys=("proto-weight",),
-        ),
-        MethodSpec(
-            "fd",
-            "strategies.fd:FDStrategy",
-            "clients.fd:FDClient",
-            "per-class mean logits and distillation (Jeong et al., 2018)",
-            "cnn",
-            "per-class",
-            f"uploads per-class mean logits {_PER_CLASS}",
-            mixed_models=True,
-            new_client_note=_PER_CLASS_ONLY,
-            personal_state=True,
-            keys=("kd-weight", "kd-temperature"),
-        ),
-        MethodSpec(
-            "fml",
-            "strategies.fml:FMLStrategy",
-            "clients.fml:FMLClient",
-            "mutual learning with a shared small model (Shen et al., 2020)",
-            "cnn",
-            "parameters",
-            mixed_models=True,
-            new_client_note=_LOCAL_MODEL,
-            personal_state=True,
-            keys=("shared-model", "kd-temperature", "fml-alpha", "fml-beta"),
-        ),
-        MethodSpec(
-            "fedkd",
-            "strategies.fedkd:FedKDStrategy",
-            "clients.fedkd:FedKDClient",
-            "adaptive mutual distillation with a shared small model (Wu et al., 2022)",
-            "cnn",
-            "parameters",
-            mixed_models=True,
-            new_client_note=_LOCAL_MODEL,
-            personal_state=True,
-            keys=("shared-model", "kd-temperature"),
-        ),
-        MethodSpec(
-            "coop-local",
-            "strategies.standalone:StandaloneStrategy",
-            "clients.coop_local:CoOpLocalClient",
-            "CoOp on each client alone: a learned text context over a frozen CLIP (Zhou et al., 2022)",
-            "clip-text",
-            "nothing",
-            "uploads nothing (each client trains alone)",
-            new_client_note=_ALONE,
-            personal_state=True,
-        ),
-        MethodSpec(
-            "promptfl",
-            "strategies.promptfl:PromptFLStrategy",
-            "clients.promptfl:PromptFLClient",
-            "one shared text context averaged across clients (Guo et al., 2023)",
-            "clip-text",
-            "parameters",
-        ),
-        MethodSpec(
-            "sdfed",
-            "strategies.sdfed:SDFedStrategy",
-            "clients.sdfed:SDFedClient",
-            "shared global prompt + private variable-length local prompt, subspace refinement, divergence control",
-            "clip-text",
-            "parameters",
-            new_client_note="half of its classifier is the private local prompt, which a new client has not trained",
-            personal_state=True,
-            text_prompt_lengths="fedapp.methods.local_prompt_lengths:sdfed_text_prompt_lengths",
-            keys=_SDFED_KEYS,
-        ),
-        MethodSpec(
-            "head-fedavg",
-            "strategies.fedvpt:FedVPTStrategy",
-            "clients.head_fedavg:HeadFedAvgClient",
-            "a linear head on a frozen ViT, averaged across clients",
-            "clip-vision",
-            "parameters",
-            keys=("prompt-lr-scale",),
-        ),
-        MethodSpec(
-            "local-vpt",
-            "strategies.standalone:StandaloneStrategy",
-            "clients.local_vpt:LocalVPTClient",
-            "visual prompt tuning on each client alone (Jia et al., 2022)",
-            "clip-vision",
-            "nothing",
-            "uploads nothing (each client trains alone)",
-            new_client_note=_ALONE,
-            personal_state=True,
-            keys=("prompt-lr-scale",),
-        ),
-        MethodSpec(
-            "fedvpt",
-            "strategies.fedvpt:FedVPTStrategy",
-            "clients.fedvpt:FedVPTClient",
-            "shallow visual prompts and head averaged across clients",
-            "clip-vision",
-            "parameters",
-            keys=("prompt-lr-scale",),
-        ),
-        MethodSpec(
-            "fedvpt-d",
-            "strategies.fedvpt:FedVPTStrategy",
-            "clients.fedvpt:FedVPTClient",
-            "deep visual prompts (every layer) and head averaged across clients",
-            "clip-vision",
-            "parameters",
-            variant_of="fedvpt",
-            keys=("prompt-lr-scale",),
-        ),
-        MethodSpec(
-            "pep-fedpt",
-            "strategies.pep_fedpt:PEPFedPTStrategy",
-            "clients.pep_fedpt:PEPFedPTClient",
-            "shared + class-specific visual prompts mixed per sample from global prototypes and class priors",
-            "clip-vision",
-            "per-class",
-            f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
-            options_check="fedapp.methods.visual_prompts:check_pep_fedpt_options",
-            keys=_PEP_FEDPT_KEYS,
-        ),
-        MethodSpec(
-            "fedd2p",
-            "strategies.fedd2p:FedD2PStrategy",
-            "clients.fedd2p:FedD2PClient",
-            "CNN clients' per-class soft labels distilled into a server-held CLIP's prompt generator, and back",
-            "cnn+server-clip",
-            "per-class",
-            f"uploads per-class soft labels {_PER_CLASS}",
-            mixed_models=True,
-            new_client_note=_PER_CLASS_ONLY,
-            personal_state=True,
-            options_check="fedapp.methods.fedd2p:check_fedd2p_options",
-            keys=_FEDD2P_KEYS,
-        ),
-        MethodSpec(
-            "fedd2p-agg",
-            "strategies.fedd2p:FedD2PStrategy",
-            "clients.fedd2p:FedD2PClient",
-            "FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
-            "cnn",
-            "per-class",
-            f"uploads per-class soft labels {_PER_CLASS}",
-            mixed_models=True,
-            new_client_note=_PER_CLASS_ONLY,
-            personal_state=True,
-            variant_of="fedd2p",
-            keys=_FEDD2P_CLIENT_KEYS,
-        ),
-        MethodSpec(
-            "fedd2p-gt",
-            "strategies.fedd2p:FedD2PStrategy",
-            "clients.fedd2p:FedD2PClient",
-            "FedD2P baseline B3: the generator learns from ground truth only, no distillation",
-            "cnn+server-clip",
-            "per-class",
-            f"uploads per-class soft labels {_PER_CLASS}",
-            mixed_models=True,
-            new_client_note=_PER_CLASS_ONLY,
-            personal_state=True,
-            variant_of="fedd2p",
-            options_check="fedapp.methods.fedd2p:check_fedd2p_options",
-            keys=_FEDD2P_KEYS,
-        ),
-    )
-}
+DISTRIBUTION = "fedapp"
+
+
+def _load_entry_points() -> tuple[dict[str, MethodSpec], dict[str, str]]:
+    """Every method the installed packages declare, ours first in the order we declare them, then
+    the others' by name; and, by method name, why an entry point that names one could not be used."""
+    found: dict[str, tuple[bool, MethodSpec]] = {}
+    problems: dict[str, str] = {}
+    points = list(entry_points(group=ENTRY_POINT_GROUP))
+    if not any(point.dist and point.dist.name == DISTRIBUTION for point in points):
+        # A checkout on PYTHONPATH, not installed, has no entry points of ours: read the same table.
+        points[:0] = [
+            EntryPoint(spec.name, f"fedapp.builtin_methods:{spec.name.upper().replace('-', '_')}", ENTRY_POINT_GROUP)
+            for spec in import_module("fedapp.builtin_methods").BUILTIN
+        ]
+    for point in points:
+        ours = point.dist is None or point.dist.name == DISTRIBUTION
+        where = f"method {point.name!r} of {point.dist.name if point.dist else DISTRIBUTION} ({point.value})"
+        try:
+            spec = point.load()
+        except Exception as error:  # a broken plug-in must not stop the other methods
+            problems[point.name] = f"{where} does not load: {type(error).__name__}: {error}"
+            continue
+        if not isinstance(spec, MethodSpec):
+            problems[point.name] = f"{where} is a {type(spec).__name__}, not a fedapp.catalog.MethodSpec"
+        elif spec.name != point.name:
+            problems[point.name] = f"{where} is a MethodSpec named {spec.name!r}"
+        elif point.name in found and found[point.name][1] is not spec:
+            problems[point.name] = f"{where}: another package declares a method of that name"
+        else:
+            found[point.name] = (ours, spec)
+    # Entry points come sorted by name; ours keep the order of their table, which the docs follow.
+    table = [spec.name for spec in import_module("fedapp.builtin_methods").BUILTIN]
+    ours = sorted((name for name in found if found[name][0]), key=table.index)
+    order = ours + sorted(name for name in found if not found[name][0])
+    return {name: found[name][1] for name in order if name not in problems}, problems
+
+
+# Built when this module is first imported; our own entry points import fedapp.builtin_methods,
+# which takes MethodSpec from here (defined above).
+CATALOG, CATALOG_PROBLEMS = _load_entry_points()
 
 METHODS: tuple[str, ...] = tuple(CATALOG)
 
 
 def _hook(path: str) -> Callable[..., Any]:
     module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
+    return getattr(import_module(module), name)
 
 
 def check_method_options(method: str, values: Mapping[str, Any]) -> None:

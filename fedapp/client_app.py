@@ -190,7 +190,7 @@ class NodeClient(NumPyClient):
         return self.client.data
 
     def get_properties(self, config):
-        """This node's partition, as every method's client reports it (``clients.base``)."""
+        """This node's partition, as every method's client reports it (``fedapp.clients.base``)."""
         return {"partition-id": self.partition_id}
 
     def get_parameters(self, config):

@@ -38,7 +38,7 @@ from fedapp.registry import client_class, method_spec, strategy_class
 from fedapp.state import MemoryStateStore
 
 if TYPE_CHECKING:
-    from clients.base import FedAppClient
+    from fedapp.clients.base import FedAppClient
 
 __all__ = ["load_model", "prepare_images", "run_config"]
 

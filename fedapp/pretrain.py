@@ -1,8 +1,9 @@
 """Contrastive pretraining of a small open_clip model on labelled images.
 
 Why this module is long: it is one recipe read top to bottom (captions, loss,
-augmentation, schedule, the resumable epoch loop, the cache-keyed checkpoint and
-the zero-shot accuracy it reports), each step a short function of its own.
+augmentation, schedule, the resumable epoch loop and the cache-keyed checkpoint),
+each step a short function of its own; the zero-shot accuracy it reports is
+:mod:`fedapp.models.zero_shot`'s.
 
 No pretrained weights can be downloaded on an offline machine, yet prompt
 learning and CLIP distillation only show their worth on a backbone that knows
@@ -33,7 +34,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,27 +48,11 @@ from fedapp.data.reserve import reserve_parts
 from fedapp.data.splits import split_stratified
 from fedapp.errors import DataError, ModelError
 from fedapp.models.clip import LoadedClip, register_tiny_configs
-from fedapp.models.image_features import clip_image_batch, encode_images
+from fedapp.models.image_features import clip_image_batch
 from fedapp.models.open_clip_log import open_clip_logging
-from fedapp.models.text_prompt import class_phrase
+from fedapp.models.zero_shot import CAPTION_TEMPLATES, caption_tokens, zero_shot_accuracy
 
 __all__ = ["CAPTION_TEMPLATES", "PretrainResult", "PretrainSettings", "pretrain_clip", "zero_shot_accuracy"]
-
-CAPTION_TEMPLATES: tuple[str, ...] = (
-    "a photo of a {c}.",
-    "a blurry photo of a {c}.",
-    "a black and white photo of a {c}.",
-    "a low contrast photo of a {c}.",
-    "a high contrast photo of a {c}.",
-    "a bad photo of a {c}.",
-    "a good photo of a {c}.",
-    "a photo of a small {c}.",
-    "a photo of a big {c}.",
-    "a photo of the {c}.",
-    "a pixelated photo of a {c}.",
-    "a cropped photo of a {c}.",
-)
-"""Caption templates, from CLIP's CIFAR-10 prompt set; zero-shot uses their ensemble."""
 
 PRECISIONS = ("fp32", "bf16")
 _FORMAT = 1  # bump when the training recipe changes, so old cache keys stop matching
@@ -184,12 +169,6 @@ def _augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return torch.where(flip[:, None, None, None], cropped.flip(-1), cropped).contiguous()
 
 
-def _tokens(clip: LoadedClip, class_names: Sequence[str], templates: Sequence[str]) -> torch.Tensor:
-    """Token ids of every caption, template-major: row ``t * C + c``."""
-    captions = [t.format(c=class_phrase(name)) for t in templates for name in class_names]
-    return clip.tokenizer(captions)
-
-
 def _multi_positive_loss(
     image: torch.Tensor, text: torch.Tensor, labels: torch.Tensor, logit_scale: torch.Tensor
 ) -> torch.Tensor:
@@ -200,38 +179,6 @@ def _multi_positive_loss(
     image_to_text = -(targets * logits.log_softmax(dim=1)).sum(dim=1).mean()
     text_to_image = -(targets * logits.T.log_softmax(dim=1)).sum(dim=1).mean()
     return (image_to_text + text_to_image) / 2
-
-
-@torch.no_grad()
-def class_text_features(
-    clip: LoadedClip, class_names: Sequence[str], templates: Sequence[str] = CAPTION_TEMPLATES
-) -> torch.Tensor:
-    """One unit vector per class: the normalised mean of its captions' features (CLIP's ensemble)."""
-    tokens = _tokens(clip, class_names, templates).to(clip.model.positional_embedding.device)
-    features = F.normalize(clip.model.encode_text(tokens).float(), dim=-1)
-    per_class = features.view(len(templates), len(class_names), -1).mean(dim=0)
-    return F.normalize(per_class, dim=-1)
-
-
-@torch.no_grad()
-def zero_shot_accuracy(
-    clip: LoadedClip,
-    images: np.ndarray,
-    labels: np.ndarray,
-    class_names: Sequence[str],
-    templates: Sequence[str] = CAPTION_TEMPLATES,
-) -> float:
-    """Top-1 accuracy of classifying ``images`` by their nearest class caption ensemble."""
-    if len(labels) == 0:
-        raise DataError("zero-shot accuracy needs at least one image")
-    was_training = clip.model.training
-    clip.model.eval()
-    try:
-        text = class_text_features(clip, class_names, templates)
-        predicted = (encode_images(clip, images) @ text.T).argmax(dim=1).cpu().numpy()
-    finally:
-        clip.model.train(was_training)
-    return float(np.mean(predicted == labels))
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -381,7 +328,7 @@ def _train(
     on_epoch: Callable[[dict[str, float | None]], None] | None,
 ) -> list[dict[str, float | None]]:
     """Every epoch not done yet, saving the state to ``partial`` after each; the training curve."""
-    tokens = _tokens(clip, source.class_names, settings.templates)
+    tokens = caption_tokens(clip, source.class_names, settings.templates)
     optimizer = torch.optim.AdamW(_param_groups(clip.model, settings.weight_decay), lr=settings.lr)
     curve, first_epoch = _resume(partial, key, clip.model, optimizer)
     images, labels = source.images[curve_idx], source.labels[curve_idx]

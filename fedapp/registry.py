@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from fedapp.catalog import CATALOG, MethodSpec
+from fedapp.catalog import CATALOG, CATALOG_PROBLEMS, MethodSpec
 from fedapp.config.schema import did_you_mean
 from fedapp.errors import ConfigError
 
@@ -21,6 +21,8 @@ def _resolve(path: str) -> type:
 
 def method_spec(method: str) -> MethodSpec:
     """The catalog entry of ``method``; a ConfigError lists the methods there are."""
+    if method in CATALOG_PROBLEMS:
+        raise ConfigError(f"config key 'method' = {method!r} cannot run: {CATALOG_PROBLEMS[method]}")
     try:
         return CATALOG[method]
     except KeyError:

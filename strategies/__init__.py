@@ -22,22 +22,21 @@ which method.
 
 from fedapp.flower.message_api import MessageStrategy
 from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
-from strategies.fd import FDStrategy
-from strategies.fedavg import FedAvgStrategy
-from strategies.fedd2p import FedD2PStrategy
-from strategies.fedkd import FedKDStrategy
-from strategies.fedper import FedPerStrategy
-from strategies.fedproto import FedProtoStrategy
-from strategies.fedvpt import FedVPTStrategy
-from strategies.fml import FMLStrategy
-from strategies.lg_fedavg import LGFedAvgStrategy
-from strategies.pep_fedpt import PEPFedPTStrategy
-from strategies.per_class import PerClassStrategy
-from strategies.pfedlora import PFedLoRAStrategy
-from strategies.promptfl import PromptFLStrategy
-from strategies.sdfed import SDFedStrategy
-from strategies.shared_module import SharedModuleStrategy
-from strategies.standalone import StandaloneStrategy
+from fedapp.strategies.fd import FDStrategy
+from fedapp.strategies.fedavg import FedAvgStrategy
+from fedapp.strategies.fedd2p import FedD2PStrategy
+from fedapp.strategies.fedkd import FedKDStrategy
+from fedapp.strategies.fedproto import FedProtoStrategy
+from fedapp.strategies.fedvpt import FedVPTStrategy
+from fedapp.strategies.fml import FMLStrategy
+from fedapp.strategies.lg_fedavg import LGFedAvgStrategy
+from fedapp.strategies.pep_fedpt import PEPFedPTStrategy
+from fedapp.strategies.per_class import PerClassStrategy
+from fedapp.strategies.pfedlora import PFedLoRAStrategy
+from fedapp.strategies.promptfl import PromptFLStrategy
+from fedapp.strategies.sdfed import SDFedStrategy
+from fedapp.strategies.shared_module import SharedModuleStrategy
+from fedapp.strategies.standalone import StandaloneStrategy
 
 __all__ = [
     "ClientUpdate",
@@ -47,7 +46,6 @@ __all__ = [
     "FedAvgStrategy",
     "FedD2PStrategy",
     "FedKDStrategy",
-    "FedPerStrategy",
     "FedProtoStrategy",
     "FedVPTStrategy",
     "LGFedAvgStrategy",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strategies.per_class import PerClassStrategy
+from fedapp.strategies.per_class import PerClassStrategy
 
 
 class FDStrategy(PerClassStrategy):

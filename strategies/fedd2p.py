@@ -29,8 +29,8 @@ from fedapp.methods.fedd2p import (
 )
 from fedapp.models import load_open_clip
 from fedapp.models.vpt import vision_tower_shape
+from fedapp.strategies.per_class import PerClassStrategy
 from fedapp.training import select_device
-from strategies.per_class import PerClassStrategy
 
 log = logging.getLogger("flwr.fedapp")
 

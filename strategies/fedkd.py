@@ -6,7 +6,7 @@ from torch import nn
 
 from fedapp.config import client_model_names
 from fedapp.methods.per_class import require_same_feature_dim
-from strategies.shared_module import SharedModuleStrategy
+from fedapp.strategies.shared_module import SharedModuleStrategy
 
 
 class FedKDStrategy(SharedModuleStrategy):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedapp.config import client_model_names
 from fedapp.methods.per_class import require_same_feature_dim
-from strategies.per_class import PerClassStrategy
+from fedapp.strategies.per_class import PerClassStrategy
 
 
 class FedProtoStrategy(PerClassStrategy):

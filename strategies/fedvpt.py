@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import nn
 
 from fedapp.methods.visual_prompts import build_visual_prompts
-from strategies.shared_module import SharedModuleStrategy
+from fedapp.strategies.shared_module import SharedModuleStrategy
 
 
 class FedVPTStrategy(SharedModuleStrategy):

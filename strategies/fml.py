@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from strategies.shared_module import SharedModuleStrategy
+from fedapp.strategies.shared_module import SharedModuleStrategy
 
 
 class FMLStrategy(SharedModuleStrategy):

@@ -8,7 +8,7 @@ from fedapp.config import client_clip_model_names
 from fedapp.methods.text_prompts import require_same_token_width
 from fedapp.models import text_token_width
 from fedapp.models.text_prompt import PromptContext
-from strategies.shared_module import SharedModuleStrategy
+from fedapp.strategies.shared_module import SharedModuleStrategy
 
 
 class PromptFLStrategy(SharedModuleStrategy):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strategies.promptfl import PromptFLStrategy
+from fedapp.strategies.promptfl import PromptFLStrategy
 
 
 class SDFedStrategy(PromptFLStrategy):

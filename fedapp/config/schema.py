@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from fedapp.aggregation import AGGREGATION_RULES
-from fedapp.catalog import METHODS
+from fedapp.catalog import CATALOG_PROBLEMS, METHODS
 from fedapp.errors import ConfigError
 
 Scalar = bool | int | float | str
@@ -53,10 +53,13 @@ class Key:
     low: float | None = None
     high: float | None = None
     low_open: bool = False
+    unavailable: Mapping[str, str] | None = None  # value -> why it is not a choice (a broken plug-in)
 
     def check(self, name: str, value: Any) -> Scalar:
         """Return ``value`` coerced to this key's type, or raise ConfigError."""
         value = _coerce(name, value, self.type)
+        if self.unavailable and value in self.unavailable:
+            raise ConfigError(f"config key '{name}' = {value!r} cannot run: {self.unavailable[value]}")
         if self.choices is not None and value not in self.choices:
             raise ConfigError(
                 f"config key '{name}' = {value!r} is not one of: {', '.join(self.choices)}"
@@ -115,11 +118,11 @@ def setting(
     low: float | None = None,
     high: float | None = None,
     low_open: bool = False,
+    unavailable: Mapping[str, str] | None = None,
 ) -> Any:
     """One run-config key as a :class:`Settings` field: its default, help and allowed range."""
-    return field(
-        default=default, metadata={"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open}
-    )
+    metadata = {"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open}
+    return field(default=default, metadata={**metadata, "unavailable": unavailable})
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ class Settings:
     """
 
     preset: str = setting("", "YAML file of key: value pairs layered under explicit overrides")
-    method: str = setting("fedavg", "federated method", choices=METHODS)
+    method: str = setting("fedavg", "federated method", choices=METHODS, unavailable=CATALOG_PROBLEMS)
     dataset: str = setting("digits", "data source", choices=DATASETS)
     data_dir: str = setting("", "folder or .tar.gz (imagefolder) or download root (cifar)")
     test_data_dir: str = setting("", "external test split; each client draws its test set from it")

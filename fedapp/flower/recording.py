@@ -197,7 +197,7 @@ def client_accuracies(results: EvaluateReplies, metric: str = "accuracy") -> dic
     ``metric = "val_accuracy"``: its validation accuracy, ``client_val_acc``).
 
     The partition is the ``partition_id`` a client reports with its accuracy
-    (:meth:`clients.base.FedAppClient.eval_metrics`); a reply without either is left out.
+    (:meth:`fedapp.clients.base.FedAppClient.eval_metrics`); a reply without either is left out.
     """
     by_partition: dict[int, float] = {}
     for _, res in results:

@@ -175,7 +175,7 @@ class FedAppStrategy(Strategy):
         Examples
         --------
         >>> from fedapp.config import resolve_run_config
-        >>> from strategies import PFedLoRAStrategy
+        >>> from fedapp.strategies import PFedLoRAStrategy
         >>> config = resolve_run_config({"method": "pfedlora", "num-partitions": 2})
         >>> PFedLoRAStrategy.from_config(config)
         PFedLoRAStrategy(method='pfedlora')

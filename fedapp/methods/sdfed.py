@@ -1,10 +1,5 @@
 """SDFed math: subspace refinement, retention/separation losses, the local objective.
 
-Why this module is long: it is the whole of SDFed's client side, one short function per
-piece (the projector and its two readings, refinement, each term of the loss, the
-classifier of the two prompts) and the figures that show those pieces acting, so that the
-method reads in one place.
-
 Our reading of the paper is on the docs' SDFed page. Each client holds a
 shared global prompt ``G_s`` (8 × d_tok) and a private local prompt ``G_c``
 (S_l × d_tok). Once per round the received ``G_s`` yields a projector ``R``
@@ -13,8 +8,9 @@ that removes its dominant right-singular directions; the local branch uses
 text encoder (or, the other reading, two branches ``[G_s][class]`` and
 ``[G̃_c][class]`` through the same encoder and class tokens, their cosines
 averaged). How long each
-client's ``G_c`` is comes from :mod:`fedapp.methods.local_prompt_lengths`
-(re-exported here, where callers such as the config check import them).
+client's ``G_c`` is comes from :mod:`fedapp.methods.local_prompt_lengths`, the projector and
+refinement from :mod:`fedapp.methods.sdfed_subspace` (both re-exported here, where callers such
+as the config check and the client import them).
 
 Nothing here imports Flower.
 """
@@ -28,8 +24,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedapp.errors import ConfigError, ModelError
+from fedapp.errors import ConfigError
 from fedapp.methods.local_prompt_lengths import parse_local_lengths, sample_local_lengths
+from fedapp.methods.sdfed_subspace import (
+    PROJECTOR_MODES,
+    Projector,
+    build_projector,
+    check_prompt,
+    refine,
+    removed_energy,
+    subspace_projector,
+    top_right_singular_vectors,
+)
 from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_logits
 from fedapp.training import LossFn
 
@@ -57,10 +63,6 @@ __all__ = [
     "top_right_singular_vectors",
 ]
 
-PROJECTOR_MODES: tuple[str, ...] = ("dim", "rank")
-"""``dim``: the paper's ⌊λm⌋ over the token width m (default; beyond rank(G_s) it also drops
-an arbitrary basis of G_s's null space); ``rank``: ⌊λ·rank(G_s)⌋ directions, the dominant ones only."""
-
 COMBINATIONS: tuple[str, ...] = ("average", "sequence")
 """How the two prompts make a class's text: ``average`` encodes ``[G_s][class]`` and
 ``[G̃_c][class]`` and averages the two cosines; ``sequence`` (default, the reading that
@@ -68,161 +70,6 @@ scored higher in the claims) encodes one sequence ``[SOS][G_s][G̃_c][class][EOS
 
 DEFAULT_COMBINATION = "sequence"
 """The one default of :data:`COMBINATIONS` for the weights, the classifier and the logits."""
-
-# floor(λ·r) on floats: 0.29 * 100 is 28.999999999999996, which should count as 29.
-_FLOOR_EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class Projector:
-    """The refinement projector and what it removes.
-
-    Attributes
-    ----------
-    matrix : Tensor
-        ``R = I − X_top X_topᵀ``, ``(d, d)``, symmetric and idempotent; no grad.
-    removed_directions : Tensor
-        ``X_topᵀ``: the ``k`` removed right-singular vectors as rows, ``(k, d)``.
-    rank : int
-        Numerical rank of the global prompt.
-    """
-
-    matrix: Tensor
-    removed_directions: Tensor
-    rank: int
-
-    @property
-    def k(self) -> int:
-        """Number of removed directions."""
-        return int(self.removed_directions.shape[0])
-
-
-def _check_prompt(prompt: Tensor, name: str, *, values: bool = True) -> None:
-    if prompt.ndim != 2:
-        raise ModelError(f"{name} must be 2-D (length, width); got shape {tuple(prompt.shape)}")
-    # Reading values waits for the device: done once a round, not in every training step.
-    if values and not bool(torch.isfinite(prompt).all()):
-        raise ModelError(f"{name} contains NaN or infinite values")
-
-
-def top_right_singular_vectors(matrix: Tensor, k: int) -> Tensor:
-    """The top-``k`` right-singular vectors of ``matrix`` as rows.
-
-    Parameters
-    ----------
-    matrix : Tensor
-        ``(m, d)``.
-    k : int
-        ``0 <= k <= d``; beyond ``min(m, d)`` the extra vectors span (an
-        arbitrary basis of) the null space.
-
-    Returns
-    -------
-    Tensor
-        ``(k, d)`` orthonormal rows, in ``matrix``'s dtype, detached.
-    """
-    width = matrix.shape[1]
-    if not 0 <= k <= width:
-        raise ConfigError(f"cannot take {k} right-singular vectors of a matrix of width {width}")
-    # float64 keeps the basis orthonormal to ~1e-15; the prompt is tiny, so it is cheap.
-    work = matrix.detach().to(torch.float64)
-    _, _, vh = torch.linalg.svd(work, full_matrices=k > min(work.shape))
-    return vh[:k].to(matrix.dtype)
-
-
-def _numerical_rank(singular_values: Tensor, shape: tuple[int, int], dtype: torch.dtype, rank_tol: float | None) -> int:
-    if singular_values.numel() == 0:
-        return 0
-    if rank_tol is None:
-        # numpy.linalg.matrix_rank's default, with the eps of the prompt's own dtype
-        # (its rounding, not that of our float64 SVD, sets the noise floor).
-        rank_tol = float(singular_values.max()) * max(shape) * float(torch.finfo(dtype).eps)
-    return int((singular_values > rank_tol).sum())
-
-
-def build_projector(
-    global_prompt: Tensor,
-    lam: float = 0.6,
-    mode: str = "dim",
-    rank_tol: float | None = None,
-) -> Projector:
-    """SDFed's subspace-refinement projector from the received global prompt.
-
-    With ``G_s = U Σ Xᵀ``, removes the top ``k = ⌊λ r⌋`` right-singular
-    directions: ``R = I − X_top X_topᵀ``. ``r`` is the numerical rank of
-    ``G_s`` (mode ``"rank"``) or its width ``d_tok`` (mode ``"dim"``, the
-    paper's ``⌊λ m⌋`` with ``X = [x_1, ..., x_m]``, which also drops arbitrary null directions).
-
-    Parameters
-    ----------
-    global_prompt : Tensor
-        ``G_s``, ``(8, d_tok)``.
-    lam : float, default 0.6
-        Fraction λ in ``[0, 1]``.
-    mode : {"dim", "rank"}, default "dim"
-        What λ is a fraction of.
-    rank_tol : float, optional
-        Singular values at or below it count as zero; default as
-        ``numpy.linalg.matrix_rank``.
-
-    Returns
-    -------
-    Projector
-        The matrix (a constant, no grad) and the removed directions.
-
-    Raises
-    ------
-    ConfigError
-        Unknown ``mode`` or ``lam`` outside ``[0, 1]``.
-    ModelError
-        ``global_prompt`` not 2-D or not finite.
-    """
-    if mode not in PROJECTOR_MODES:
-        raise ConfigError(f"unknown SDFed projector mode {mode!r}; valid: {', '.join(PROJECTOR_MODES)}")
-    if not 0.0 <= lam <= 1.0:
-        raise ConfigError(f"SDFed lambda must lie in [0, 1]; got {lam}")
-    _check_prompt(global_prompt, "global prompt")
-    work = global_prompt.detach().to(torch.float64)
-    rank = _numerical_rank(torch.linalg.svdvals(work), tuple(work.shape), global_prompt.dtype, rank_tol)
-    span = rank if mode == "rank" else work.shape[1]
-    k = math.floor(lam * span + _FLOOR_EPS)
-    removed = top_right_singular_vectors(work, k)
-    eye = torch.eye(work.shape[1], dtype=torch.float64, device=work.device)
-    matrix = eye - removed.T @ removed
-    return Projector(
-        matrix=matrix.to(global_prompt.dtype),
-        removed_directions=removed.to(global_prompt.dtype),
-        rank=rank,
-    )
-
-
-def subspace_projector(
-    global_prompt: Tensor,
-    lam: float = 0.6,
-    mode: str = "dim",
-    rank_tol: float | None = None,
-) -> Tensor:
-    """``R`` of :func:`build_projector` alone (``(d, d)``, no grad)."""
-    return build_projector(global_prompt, lam=lam, mode=mode, rank_tol=rank_tol).matrix
-
-
-def refine(local_prompt: Tensor, projector: Tensor) -> Tensor:
-    """``G̃_c = G_c R``; gradients flow to ``local_prompt``.
-
-    Runs in every training step, so it checks shapes only; :func:`round_classifier`
-    checks the prompt's values once a round.
-
-    Raises
-    ------
-    ModelError
-        If the prompt is not 2-D or its width does not match the projector's.
-    """
-    _check_prompt(local_prompt, "local prompt", values=False)
-    if projector.shape != (local_prompt.shape[1], local_prompt.shape[1]):
-        raise ModelError(
-            f"local prompt width {local_prompt.shape[1]} does not match the projector's shape {tuple(projector.shape)}"
-        )
-    return local_prompt @ projector.to(local_prompt.dtype)
 
 
 def retention_loss(d_local: Tensor, d_refined: Tensor) -> Tensor:
@@ -434,15 +281,6 @@ class SDFedClassifier(nn.Module):
         )
 
 
-def removed_energy(local_prompt: Tensor, projector: Tensor) -> float:
-    """Share of the local prompt's energy (squared Frobenius norm) that refinement removes:
-    ``1 - ||G_c R||² / ||G_c||²``; 0 leaves it whole, 1 removes it all."""
-    with torch.no_grad():
-        total = local_prompt.float().pow(2).sum()
-        kept = refine(local_prompt.float(), projector).pow(2).sum()
-        return float(1 - kept / total) if float(total) > 0 else 0.0
-
-
 @torch.no_grad()
 def mechanism_figures(model: SDFedClassifier, features: Tensor, labels: Tensor, weights: SDFedWeights) -> dict:
     """What shows SDFed's mechanism at work on a client's data, after its round's training: the
@@ -480,7 +318,7 @@ def round_classifier(
     ModelError
         If either prompt is not 2-D or holds NaN or infinite values.
     """
-    _check_prompt(local_context.context.detach(), "local prompt")
+    check_prompt(local_context.context.detach(), "local prompt")
     projector = build_projector(global_context.context.detach(), lam=weights.lam, mode=projector_mode)
     return SDFedClassifier(
         encoder, global_context, local_context, projector.matrix, logit_scale, combination=weights.combination

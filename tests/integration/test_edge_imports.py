@@ -14,7 +14,7 @@ from tests.paths import ROOT
 
 SCRIPT = (
     "import sys, torch\n"
-    "from clients.fedd2p import FedD2PClient\n"
+    "from fedapp.clients.fedd2p import FedD2PClient\n"
     "from fedapp.clientdata import load_client_data\n"
     "from fedapp.config import resolve_run_config\n"
     "from fedapp.state import MemoryStateStore\n"

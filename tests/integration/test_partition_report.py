@@ -14,7 +14,7 @@ from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
 from fedapp.inprocess import run_in_process
 from fedapp.metrics import read_metrics
-from strategies import FedAvgStrategy
+from fedapp.strategies import FedAvgStrategy
 from tests.paths import ROOT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 import textwrap
+from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 
@@ -25,8 +27,9 @@ import numpy as np
 import pytest
 from flwr.serverapp.strategy import Result
 
-import strategies
+from fedapp import strategies
 from fedapp.client_app import make_client_app, make_message_client_app
+from fedapp.registry import strategy_class
 from tests.simulation import simulate
 
 SUPERNODES = 2
@@ -41,7 +44,8 @@ from flwr.common import Context
 from flwr.server import ServerApp, ServerAppComponents, ServerConfig
 
 from fedapp.config import resolve_run_config
-from strategies import {cls}
+from fedapp.strategies import {cls}
+from strategies import MyStrategy  # the user's own module of that name
 
 RUN_CONFIG = {run_config!r}
 BUILT = []  # the strategies this app built, kept for a look after the run
@@ -67,7 +71,8 @@ from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
 from flwr.server.workflow import DefaultWorkflow
 
 from fedapp.config import resolve_run_config
-from strategies import {cls}
+from fedapp.strategies import {cls}
+from strategies import MyStrategy  # the user's own module of that name
 
 RUN_CONFIG = {run_config!r}
 RUNS = []  # the finished LegacyContexts (strategy and history), kept for a look after the run
@@ -93,7 +98,8 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedapp.config import resolve_run_config
-from strategies import MessageStrategy, {cls}
+from fedapp.strategies import MessageStrategy, {cls}
+from strategies import MyStrategy  # the user's own module of that name
 
 RUN_CONFIG = {run_config!r}
 BUILT = []  # the strategies this app built, kept for a look after the run
@@ -143,13 +149,28 @@ def run_config(method: str, style: str = "server_fn") -> dict:
 
 
 def user_app(tmp_path: Path, style: str, method: str) -> ModuleType:
-    """Write a user's ServerApp module for ``method`` in ``style`` and import it."""
+    """Write a user's ServerApp module for ``method`` in ``style`` and import it from the user's folder,
+    which has a ``strategies.py`` and a ``clients/`` of its own (issue 64: ours are ``fedapp.*``)."""
+    (tmp_path / "strategies.py").write_text("class MyStrategy:\n    pass\n")
+    (tmp_path / "clients").mkdir()
+    (tmp_path / "clients" / "__init__.py").write_text("USER_CLIENTS = []\n")
     source = APP_SOURCES[style].format(cls=CASES[method][0], run_config=run_config(method, style))
     path = tmp_path / f"user_{style}_{method.replace('-', '_')}.py"
     path.write_text(textwrap.dedent(source).lstrip())
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(tmp_path))  # the app's folder leads sys.path, as under `flwr run`
+    try:
+        spec.loader.exec_module(module)
+        # The user's modules answer to the plain names, ours to fedapp.*, both at once.
+        assert Path(sys.modules["strategies"].__file__).parent == tmp_path
+        assert import_module("clients").__file__ == str(tmp_path / "clients" / "__init__.py")
+        # The catalog's lookup, which once reached the user's strategies.py (issue 64's traceback).
+        assert strategy_class(method).__module__.startswith("fedapp.strategies.")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("strategies", "clients"):
+            sys.modules.pop(name, None)
     return module
 
 

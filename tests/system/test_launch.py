@@ -153,10 +153,15 @@ def test_a_launch_completes_stops_its_superlink_and_its_log_in_a_pipe_is_plain(t
     is stopped at the end; no escape codes, one round line per round with its ETA, the run's done
     line naming the results folder, and none of the lines that are false for a launched run or that
     repeat the metrics; no Flower "DEPRECATED FEATURE" warning about an API the app uses. Keys of
-    other methods, which FedAvg does not read (issue 63), are named in one warning line."""
+    other methods, which FedAvg does not read (issue 63), are named in one warning line. It runs from
+    a folder with a ``strategies.py`` and a ``clients/`` of the user's, which ours never reach."""
     results, home = tmp_path / "results", (tmp_path / "home").resolve()
     run_config = f'num-rounds=2 num-partitions=2 model="cnn-5" shots-per-class=10 results-dir="{results}"'
     run_config += " proto-weight=2.0 sdfed-lambda=0.3"
+    # Launched from a user's app folder with a strategies.py and a clients/ of its own (issue 64).
+    (tmp_path / "strategies.py").write_text("raise ImportError('the user strategies.py was imported')\n")
+    (tmp_path / "clients").mkdir()
+    (tmp_path / "clients" / "__init__.py").write_text("raise ImportError('the user clients/ was imported')\n")
     proc = launch("--flwr-home", str(home), "--num-clients", "2", "--run-config", run_config, cwd=tmp_path, timeout=300)
     seen = proc.stdout + proc.stderr
     assert proc.returncode == 0, seen[-3000:]

@@ -30,7 +30,7 @@ from flwr.serverapp import ServerApp
 
 from fedapp.launch import free_port, stop_processes
 from fedapp.launch.processes import superlink_pids
-from strategies import PFedLoRAStrategy
+from fedapp.strategies import PFedLoRAStrategy
 from tests.paths import ROOT
 from tests.system.test_docs_trial import descendants, run_block, section_bash_blocks, wait_until_gone
 

@@ -38,7 +38,7 @@ from fedapp.errors import ConfigError, DataError, StateError
 from fedapp.flower.driver import PartitionProxy, stand_in_manager
 from fedapp.server_app import build_strategy, server_components
 from fedapp.state import DiskStateStore
-from strategies import FedAppStrategy, FedAvgStrategy, PFedLoRAStrategy, PromptFLStrategy
+from fedapp.strategies import FedAppStrategy, FedAvgStrategy, PFedLoRAStrategy, PromptFLStrategy
 
 # ----- configuration -----------------------------------------------------------------------------------------------
 

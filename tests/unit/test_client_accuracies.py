@@ -10,15 +10,15 @@ import pytest
 import torch
 from flwr.common import Code, EvaluateRes, Status
 
-from clients.fedavg import FedAvgClient
-from clients.standalone import StandaloneClient
 from fedapp.clientdata import load_client_data
+from fedapp.clients.fedavg import FedAvgClient
+from fedapp.clients.standalone import StandaloneClient
 from fedapp.config import resolve_run_config
 from fedapp.flower.driver import PartitionProxy, stand_in_manager
 from fedapp.flower.recording import client_accuracies, summarize_evaluation
 from fedapp.metrics import read_metrics
 from fedapp.state import MemoryStateStore
-from strategies import FedAvgStrategy
+from fedapp.strategies import FedAvgStrategy
 
 
 def evaluated(partition: int, accuracy: float, **metrics):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from clients.fedavg import FedAvgClient
-from clients.standalone import StandaloneClient
 from fedapp.clientdata import load_client_data, partition
+from fedapp.clients.fedavg import FedAvgClient
+from fedapp.clients.standalone import StandaloneClient
 from fedapp.config import resolve_run_config
 from fedapp.params import get_arrays
 from fedapp.state import DiskStateStore, MemoryStateStore

@@ -29,9 +29,9 @@ def test_the_catalog_names_every_method_and_each_lives_under_its_own_name():
             parent = CATALOG[spec.variant_of]
             assert (spec.strategy, spec.client) == (parent.strategy, parent.client), name
             continue
-        assert spec.client == f"clients.{spec.module}:{spec.client.partition(':')[2]}", name
+        assert spec.client == f"fedapp.clients.{spec.module}:{spec.client.partition(':')[2]}", name
         # a strategy of its own, or the server of another catalogued method (nothing-shared ones reuse Standalone)
-        assert spec.strategy.partition(":")[0].removeprefix("strategies.") in servers, name
+        assert spec.strategy.partition(":")[0].removeprefix("fedapp.strategies.") in servers, name
         # every method with math of its own keeps it in fedapp/methods/<module>.py; these only average a
         # shared module (the zoo CNN, a head, one text context, visual prompts) or share nothing
         math_free = ("fedavg", "lg-fedavg", "promptfl", "head-fedavg", "fedvpt")

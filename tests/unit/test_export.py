@@ -15,10 +15,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 import fedapp
-from clients.fedavg import FedAvgClient
-from clients.pep_fedpt import PEPFedPTClient, PriorMixer
-from clients.standalone import StandaloneClient
 from fedapp.clientdata import load_client_data
+from fedapp.clients.fedavg import FedAvgClient
+from fedapp.clients.pep_fedpt import PEPFedPTClient, PriorMixer
+from fedapp.clients.standalone import StandaloneClient
 from fedapp.config import resolve_run_config
 from fedapp.errors import ModelError
 from fedapp.inference import load_model, prepare_images, run_config
@@ -41,11 +41,11 @@ from fedapp.models.export import (
 from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
 from fedapp.state import MemoryStateStore
-from strategies.fedavg import FedAvgStrategy
-from strategies.fedproto import FedProtoStrategy
-from strategies.pep_fedpt import PEPFedPTStrategy
-from strategies.pfedlora import PFedLoRAStrategy
-from strategies.standalone import StandaloneStrategy
+from fedapp.strategies.fedavg import FedAvgStrategy
+from fedapp.strategies.fedproto import FedProtoStrategy
+from fedapp.strategies.pep_fedpt import PEPFedPTStrategy
+from fedapp.strategies.pfedlora import PFedLoRAStrategy
+from fedapp.strategies.standalone import StandaloneStrategy
 
 CLASS_NAMES = tuple(str(i) for i in range(10))
 

@@ -7,18 +7,18 @@ import pytest
 import torch
 from flwr.common import ndarrays_to_parameters
 
-from clients.coop_local import CoOpLocalClient
-from clients.promptfl import PromptFLClient
-from clients.sdfed import SDFedClient
-from clients.text_prompt import FEATURES
 from fedapp.clientdata import load_client_data
+from fedapp.clients.coop_local import CoOpLocalClient
+from fedapp.clients.promptfl import PromptFLClient
+from fedapp.clients.sdfed import SDFedClient
+from fedapp.clients.text_prompt import FEATURES
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.flower.strategy import ClientUpdate
 from fedapp.metrics import payload_bytes
 from fedapp.state import MemoryStateStore
-from strategies.promptfl import PromptFLStrategy
-from strategies.sdfed import SDFedStrategy
+from fedapp.strategies.promptfl import PromptFLStrategy
+from fedapp.strategies.sdfed import SDFedStrategy
 
 WIDTH = 64  # token width of fedapp-tiny-clip
 

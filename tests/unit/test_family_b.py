@@ -7,13 +7,13 @@ import pytest
 import torch
 from flwr.common import ndarrays_to_parameters
 
-from clients.fd import FDClient
-from clients.fedkd import FedKDClient
-from clients.fedproto import FedProtoClient
-from clients.fml import FMLClient
-from clients.lg_fedavg import LGFedAvgClient
-from clients.pfedlora import PFedLoRAClient
 from fedapp.clientdata import load_client_data
+from fedapp.clients.fd import FDClient
+from fedapp.clients.fedkd import FedKDClient
+from fedapp.clients.fedproto import FedProtoClient
+from fedapp.clients.fml import FMLClient
+from fedapp.clients.lg_fedavg import LGFedAvgClient
+from fedapp.clients.pfedlora import PFedLoRAClient
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.flops import forward_flops
@@ -24,8 +24,8 @@ from fedapp.metrics import payload_bytes
 from fedapp.models import build_model
 from fedapp.params import get_arrays
 from fedapp.state import MemoryStateStore
+from fedapp.strategies.pfedlora import PFedLoRAStrategy
 from fedapp.training import TensorData, train
-from strategies.pfedlora import PFedLoRAStrategy
 
 HETERO = "cnn-1,cnn-2,cnn-3,cnn-4,cnn-5"
 
@@ -214,7 +214,7 @@ def test_mixed_architectures_are_refused_for_whole_model_averaging():
 
 def test_representation_width_mismatch_is_refused():
     config = resolve_run_config({"method": "lg-fedavg", "client-models": "cnn-1,vgg-2"})
-    from strategies.lg_fedavg import LGFedAvgStrategy  # noqa: PLC0415
+    from fedapp.strategies.lg_fedavg import LGFedAvgStrategy  # noqa: PLC0415
 
     with pytest.raises(ConfigError, match="one representation width"):
         LGFedAvgStrategy(config, 10).initial_arrays()

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from clients.fedd2p import FedD2PClient
 from fedapp.clientdata import load_client_data
+from fedapp.clients.fedd2p import FedD2PClient
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.flower.strategy import ClientUpdate
@@ -24,8 +24,8 @@ from fedapp.methods.fedd2p import (
     train_generator,
 )
 from fedapp.state import MemoryStateStore
+from fedapp.strategies.fedd2p import FedD2PStrategy
 from fedapp.training import TensorData
-from strategies.fedd2p import FedD2PStrategy
 
 CLASSES = 10
 

@@ -1,25 +1,42 @@
-"""FedPer, the worked example of docs/extending.md: its math (the base-layer view), its
-client (uploads the base, keeps its head) and its strategy (averages the base only)."""
+"""FedPer, the worked example of docs/extending.md, is a method in a package of its own
+(``examples/fedper``, issue 64): its math (the base-layer view), its client (uploads the base,
+keeps its head) and its strategy (averages the base only), tested from the package's folder
+(tests/system/test_plugin_package.py installs it and runs it through its entry point)."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from clients.fedper import FedPerClient
+from fedapp.catalog import CATALOG
 from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.flower.strategy import ClientUpdate
-from fedapp.methods.fedper import BaseLayers
 from fedapp.models import build_model
 from fedapp.params import get_arrays, set_arrays
 from fedapp.state import MemoryStateStore
-from strategies.fedper import FedPerStrategy
+from tests.paths import ROOT
+
+EXAMPLE = ROOT / "examples" / "fedper"
+
+# The package from its folder, not installed: this process's catalog does not list it, so the two
+# halves are built directly, on a config whose keys are FedPer's (the local SGD ones).
+sys.path.insert(0, str(EXAMPLE))
+try:
+    from fedapp_fedper import FEDPER
+    from fedapp_fedper.base_layers import BaseLayers
+    from fedapp_fedper.client import FedPerClient
+    from fedapp_fedper.strategy import FedPerStrategy
+finally:
+    sys.path.remove(str(EXAMPLE))
 
 
 def make_config(**extra):
-    values = {"method": "fedper", "num-partitions": 4, "partition": "pathological", "batch-size": 64, **extra}
+    assert "fedper" not in CATALOG  # (installed, it would be: the last test)
+    values = {"method": "fedavg", "num-partitions": 4, "partition": "pathological", "batch-size": 64, **extra}
     return resolve_run_config(values)
 
 
@@ -69,4 +86,4 @@ def test_the_strategy_averages_base_layers_by_examples():
     merged = strategy.aggregate_updates(1, updates)
     for array in merged:
         np.testing.assert_allclose(array, 1.75)  # (30 * 1 + 10 * 4) / 40
-    assert strategy.new_client_note.startswith("only the base layers are shared")
+    assert FEDPER.new_client_note.startswith("only the base layers are shared")

@@ -23,7 +23,7 @@ from fedapp.flower.replies import (
     shortened,
     validated_updates,
 )
-from strategies import FedAvgStrategy
+from fedapp.strategies import FedAvgStrategy
 
 GLOBAL = [np.zeros((2, 3), np.float32), np.zeros(4, np.int64)]
 

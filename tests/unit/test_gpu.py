@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clients.pep_fedpt import PEPFedPTClient
-from clients.promptfl import PromptFLClient
 from fedapp import launch, training
 from fedapp.clientdata import load_client_data
+from fedapp.clients.pep_fedpt import PEPFedPTClient
+from fedapp.clients.promptfl import PromptFLClient
 from fedapp.config import resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.launch import check_client_resources, federation_overrides
@@ -28,9 +28,9 @@ from fedapp.models.image_features import encode_images
 from fedapp.models.text_prompt import PromptContext, PromptTextEncoder, clip_logits
 from fedapp.models.vpt import PromptedViT, VisualPrompts, vision_tower_shape
 from fedapp.state import MemoryStateStore
+from fedapp.strategies.pep_fedpt import PEPFedPTStrategy
+from fedapp.strategies.promptfl import PromptFLStrategy
 from fedapp.training import select_device
-from strategies.pep_fedpt import PEPFedPTStrategy
-from strategies.promptfl import PromptFLStrategy
 
 LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CLASSES = ("zero", "one", "two", "three")

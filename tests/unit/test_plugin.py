@@ -16,7 +16,7 @@ import pytest
 from flwr.server.strategy import Strategy
 from flwr.serverapp.strategy import Strategy as MessageApiStrategy
 
-import strategies
+from fedapp import strategies
 from fedapp.config import METHODS, resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.registry import strategy_class
@@ -33,7 +33,7 @@ def test_every_exported_strategy_is_a_flower_strategy():
     # Every module of the package contributes its strategy classes to __all__.
     package = Path(strategies.__file__).parent
     for path in sorted(package.glob("*.py")):
-        module = importlib.import_module(f"strategies.{path.stem}")
+        module = importlib.import_module(f"fedapp.strategies.{path.stem}")
         for name, obj in vars(module).items():
             if inspect.isclass(obj) and issubclass(obj, Strategy) and obj.__module__ == module.__name__:
                 assert classes.get(name) is obj, f"{module.__name__}.{name} is not exported"

@@ -26,7 +26,7 @@ from fedapp.errors import ConfigError
 from fedapp.flower.client_mods import dp_clipping_mod
 from fedapp.flower.driver import PartitionProxy
 from fedapp.flower.privacy import ClientSideFixedClipping, ServerSideFixedClipping, client_sampling, wrap_for_privacy
-from strategies import FedAvgStrategy, LGFedAvgStrategy
+from fedapp.strategies import FedAvgStrategy, LGFedAvgStrategy
 
 C = 1.0
 

@@ -16,7 +16,7 @@ from fedapp.config import resolve_run_config
 from fedapp.errors import StateError
 from fedapp.metrics import RunRecorder, check_clients_trained
 from fedapp.runfolder import LOCK_FILE, lock_folder, release_folder, unwritable
-from strategies import FedAvgStrategy
+from fedapp.strategies import FedAvgStrategy
 
 
 def recorder(tmp_path, fresh: bool = True) -> RunRecorder:

@@ -20,7 +20,7 @@ from fedapp.config import METHODS, resolve_run_config
 from fedapp.errors import ConfigError
 from fedapp.flower.secure_aggregation import SecAggReplies, check_float_uploads
 from fedapp.registry import strategy_class
-from strategies.shared_module import SharedModuleStrategy
+from fedapp.strategies.shared_module import SharedModuleStrategy
 
 CLIENTS = 3
 

@@ -8,15 +8,15 @@ import pytest
 import torch
 from flwr.common import Code, EvaluateRes, Status
 
-from clients.fedavg import FedAvgClient
 from fedapp.clientdata import load_client_data
+from fedapp.clients.fedavg import FedAvgClient
 from fedapp.config import resolve_run_config
 from fedapp.flower.driver import PartitionProxy
 from fedapp.flower.recording import summarize_evaluation
 from fedapp.params import set_arrays
 from fedapp.state import MemoryStateStore
+from fedapp.strategies import FedAvgStrategy
 from fedapp.training import evaluate
-from strategies import FedAvgStrategy
 
 
 def _reply(partition: int, accuracy: float, val: float | None, examples: int = 10):

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from clients.fedvpt import FedVPTClient
-from clients.head_fedavg import HeadFedAvgClient
-from clients.local_vpt import LocalVPTClient
-from clients.pep_fedpt import PEPFedPTClient
 from fedapp.clientdata import held_out_clients, load_client_data
+from fedapp.clients.fedvpt import FedVPTClient
+from fedapp.clients.head_fedavg import HeadFedAvgClient
+from fedapp.clients.local_vpt import LocalVPTClient
+from fedapp.clients.pep_fedpt import PEPFedPTClient
 from fedapp.config import held_out_partitions, resolve_run_config
 from fedapp.errors import ConfigError, ModelError
 from fedapp.flower.driver import stand_in_manager
@@ -22,9 +22,9 @@ from fedapp.models import TINY_VIT, load_open_clip
 from fedapp.models.vpt import PromptedViT, VisualPrompts, vision_tower_shape
 from fedapp.params import get_arrays
 from fedapp.state import MemoryStateStore
+from fedapp.strategies.fedvpt import FedVPTStrategy
+from fedapp.strategies.pep_fedpt import PEPFedPTStrategy
 from fedapp.training import TensorData
-from strategies.fedvpt import FedVPTStrategy
-from strategies.pep_fedpt import PEPFedPTStrategy
 
 CLASSES = 10
 WIDTH = 128  # fedapp-tiny-vit
@@ -283,7 +283,7 @@ def test_held_out_clients_never_train_and_are_evaluated_with_the_global_state():
 
 def test_a_method_without_a_global_state_does_not_evaluate_held_out_clients():
     config = setup("local-vpt", **{"num-partitions": 8, "held-out-fraction": 0.25, "min-clients": 2})
-    from strategies.standalone import StandaloneStrategy  # noqa: PLC0415
+    from fedapp.strategies.standalone import StandaloneStrategy  # noqa: PLC0415
 
     manager = stand_in_manager(8)
     strategy = StandaloneStrategy(config, CLASSES)

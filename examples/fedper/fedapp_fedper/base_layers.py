@@ -5,7 +5,7 @@ Every client runs the same architecture. The base layers (everything but the
 on its own labels, so the head personalises to its label skew. The mirror image
 of LG-FedAvg, which shares the head and keeps the representation local.
 
-Nothing here imports Flower.
+Nothing here imports Flower: plain torch, unit-testable alone.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from clients.base import FedAppClient
 from fedapp.aggregation import Arrays
-from fedapp.methods.fedper import BaseLayers
+from fedapp.clients.base import FedAppClient
 from fedapp.params import get_arrays, set_arrays
+from fedapp_fedper.base_layers import BaseLayers
 
 
 class FedPerClient(FedAppClient):

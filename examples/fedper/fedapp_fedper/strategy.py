@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedapp.methods.fedper import BaseLayers
-from strategies.shared_module import SharedModuleStrategy
+from fedapp.strategies.shared_module import SharedModuleStrategy
+from fedapp_fedper.base_layers import BaseLayers
 
 
 class FedPerStrategy(SharedModuleStrategy):

@@ -1,0 +1,326 @@
+"""The methods this project ships, one :class:`~fedapp.catalog.MethodSpec` each.
+
+They reach the catalog as every method does, through the ``fedapp.methods`` entry points that
+``pyproject.toml`` declares (``fedavg = "fedapp.builtin_methods:FEDAVG"`` ...), so a package of
+your own adds a method the same way (docs/extending.md). Plain data: no Flower, no torch.
+
+Why this module is long: it is a table, one entry per method, each with the facts the
+config rules, the registry and the docs read.
+"""
+
+from __future__ import annotations
+
+from fedapp.catalog import MethodSpec
+
+_PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
+_LOCAL_MODEL = "clients are scored on their own local model, which a new client has not trained"
+_ALONE = "each client trains its own model alone, so a client that never trained has none"
+_PER_CLASS_ONLY = "clients share per-class knowledge, not a model; a new client's model is untrained"
+_SDFED_KEYS = (
+    "local-prompt-lengths",
+    "sdfed-lambda",
+    "sdfed-gamma",
+    "sdfed-alpha",
+    "sdfed-beta",
+    "projector-mode",
+    "sdfed-combination",
+    "sdfed-separation-moves-global",
+)
+_PEP_FEDPT_KEYS = (
+    "prompt-lr-scale",
+    "class-prompt-layers",
+    "class-prompt-length",
+    "ccmp-temperature",
+    "pep-mixer",
+    "prototype-momentum",
+)
+# The clients' keys; the baseline B2 (fedd2p-agg) has no prompt generator, so reads these alone.
+_FEDD2P_CLIENT_KEYS = ("kd-weight", "warmup-epochs", "d2p-tau1", "d2p-distil-temperature")
+_FEDD2P_KEYS = (
+    *_FEDD2P_CLIENT_KEYS,
+    "d2p-tau2",
+    "d2p-steps",
+    "d2p-lr",
+    "d2p-prompt-tokens",
+    "d2p-template",
+    "d2p-generator",
+)
+
+
+FEDAVG = MethodSpec(
+    "fedavg",
+    "fedapp.strategies.fedavg:FedAvgStrategy",
+    "fedapp.clients.fedavg:FedAvgClient",
+    "one shared model, example-weighted averaging (McMahan et al., 2017)",
+    "cnn",
+    "parameters",
+)
+
+
+STANDALONE = MethodSpec(
+    "standalone",
+    "fedapp.strategies.standalone:StandaloneStrategy",
+    "fedapp.clients.standalone:StandaloneClient",
+    "each client trains its own model alone; nothing is shared",
+    "cnn",
+    "nothing",
+    "uploads nothing (each client trains alone)",
+    mixed_models=True,
+    new_client_note=_ALONE,
+    personal_state=True,
+)
+
+
+PFEDLORA = MethodSpec(
+    "pfedlora",
+    "fedapp.strategies.pfedlora:PFedLoRAStrategy",
+    "fedapp.clients.pfedlora:PFedLoRAClient",
+    "heterogeneous CNNs share a low-rank adapter, trained iteratively with the local model (Yi et al., 2024)",
+    "cnn",
+    "parameters",
+    mixed_models=True,
+    new_client_note="only the low-rank adapter is shared; a new client's own CNN is untrained",
+    personal_state=True,
+    keys=("adapter-kind", "adapter-hidden", "adapter-init", "pfedlora-inference", "mu"),
+)
+
+
+LG_FEDAVG = MethodSpec(
+    "lg-fedavg",
+    "fedapp.strategies.lg_fedavg:LGFedAvgStrategy",
+    "fedapp.clients.lg_fedavg:LGFedAvgClient",
+    "local representations, one shared classifier head (Liang et al., 2020)",
+    "cnn",
+    "parameters",
+    mixed_models=True,
+    new_client_note="only the classifier head is shared; a new client's representation layers are untrained",
+    personal_state=True,
+)
+
+
+FEDPROTO = MethodSpec(
+    "fedproto",
+    "fedapp.strategies.fedproto:FedProtoStrategy",
+    "fedapp.clients.fedproto:FedProtoClient",
+    "per-class prototypes and a prototype regulariser (Tan et al., 2022)",
+    "cnn",
+    "per-class",
+    f"uploads per-class prototypes {_PER_CLASS}",
+    mixed_models=True,
+    new_client_note=_PER_CLASS_ONLY,
+    personal_state=True,
+    keys=("proto-weight",),
+)
+
+
+FD = MethodSpec(
+    "fd",
+    "fedapp.strategies.fd:FDStrategy",
+    "fedapp.clients.fd:FDClient",
+    "per-class mean logits and distillation (Jeong et al., 2018)",
+    "cnn",
+    "per-class",
+    f"uploads per-class mean logits {_PER_CLASS}",
+    mixed_models=True,
+    new_client_note=_PER_CLASS_ONLY,
+    personal_state=True,
+    keys=("kd-weight", "kd-temperature"),
+)
+
+
+FML = MethodSpec(
+    "fml",
+    "fedapp.strategies.fml:FMLStrategy",
+    "fedapp.clients.fml:FMLClient",
+    "mutual learning with a shared small model (Shen et al., 2020)",
+    "cnn",
+    "parameters",
+    mixed_models=True,
+    new_client_note=_LOCAL_MODEL,
+    personal_state=True,
+    keys=("shared-model", "kd-temperature", "fml-alpha", "fml-beta"),
+)
+
+
+FEDKD = MethodSpec(
+    "fedkd",
+    "fedapp.strategies.fedkd:FedKDStrategy",
+    "fedapp.clients.fedkd:FedKDClient",
+    "adaptive mutual distillation with a shared small model (Wu et al., 2022)",
+    "cnn",
+    "parameters",
+    mixed_models=True,
+    new_client_note=_LOCAL_MODEL,
+    personal_state=True,
+    keys=("shared-model", "kd-temperature"),
+)
+
+
+COOP_LOCAL = MethodSpec(
+    "coop-local",
+    "fedapp.strategies.standalone:StandaloneStrategy",
+    "fedapp.clients.coop_local:CoOpLocalClient",
+    "CoOp on each client alone: a learned text context over a frozen CLIP (Zhou et al., 2022)",
+    "clip-text",
+    "nothing",
+    "uploads nothing (each client trains alone)",
+    new_client_note=_ALONE,
+    personal_state=True,
+)
+
+
+PROMPTFL = MethodSpec(
+    "promptfl",
+    "fedapp.strategies.promptfl:PromptFLStrategy",
+    "fedapp.clients.promptfl:PromptFLClient",
+    "one shared text context averaged across clients (Guo et al., 2023)",
+    "clip-text",
+    "parameters",
+)
+
+
+SDFED = MethodSpec(
+    "sdfed",
+    "fedapp.strategies.sdfed:SDFedStrategy",
+    "fedapp.clients.sdfed:SDFedClient",
+    "shared global prompt + private variable-length local prompt, subspace refinement, divergence control",
+    "clip-text",
+    "parameters",
+    new_client_note="half of its classifier is the private local prompt, which a new client has not trained",
+    personal_state=True,
+    text_prompt_lengths="fedapp.methods.local_prompt_lengths:sdfed_text_prompt_lengths",
+    keys=_SDFED_KEYS,
+)
+
+
+HEAD_FEDAVG = MethodSpec(
+    "head-fedavg",
+    "fedapp.strategies.fedvpt:FedVPTStrategy",
+    "fedapp.clients.head_fedavg:HeadFedAvgClient",
+    "a linear head on a frozen ViT, averaged across clients",
+    "clip-vision",
+    "parameters",
+    keys=("prompt-lr-scale",),
+)
+
+
+LOCAL_VPT = MethodSpec(
+    "local-vpt",
+    "fedapp.strategies.standalone:StandaloneStrategy",
+    "fedapp.clients.local_vpt:LocalVPTClient",
+    "visual prompt tuning on each client alone (Jia et al., 2022)",
+    "clip-vision",
+    "nothing",
+    "uploads nothing (each client trains alone)",
+    new_client_note=_ALONE,
+    personal_state=True,
+    keys=("prompt-lr-scale",),
+)
+
+
+FEDVPT = MethodSpec(
+    "fedvpt",
+    "fedapp.strategies.fedvpt:FedVPTStrategy",
+    "fedapp.clients.fedvpt:FedVPTClient",
+    "shallow visual prompts and head averaged across clients",
+    "clip-vision",
+    "parameters",
+    keys=("prompt-lr-scale",),
+)
+
+
+FEDVPT_D = MethodSpec(
+    "fedvpt-d",
+    "fedapp.strategies.fedvpt:FedVPTStrategy",
+    "fedapp.clients.fedvpt:FedVPTClient",
+    "deep visual prompts (every layer) and head averaged across clients",
+    "clip-vision",
+    "parameters",
+    variant_of="fedvpt",
+    keys=("prompt-lr-scale",),
+)
+
+
+PEP_FEDPT = MethodSpec(
+    "pep-fedpt",
+    "fedapp.strategies.pep_fedpt:PEPFedPTStrategy",
+    "fedapp.clients.pep_fedpt:PEPFedPTClient",
+    "shared + class-specific visual prompts mixed per sample from global prototypes and class priors",
+    "clip-vision",
+    "per-class",
+    f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
+    options_check="fedapp.methods.visual_prompts:check_pep_fedpt_options",
+    keys=_PEP_FEDPT_KEYS,
+)
+
+
+FEDD2P = MethodSpec(
+    "fedd2p",
+    "fedapp.strategies.fedd2p:FedD2PStrategy",
+    "fedapp.clients.fedd2p:FedD2PClient",
+    "CNN clients' per-class soft labels distilled into a server-held CLIP's prompt generator, and back",
+    "cnn+server-clip",
+    "per-class",
+    f"uploads per-class soft labels {_PER_CLASS}",
+    mixed_models=True,
+    new_client_note=_PER_CLASS_ONLY,
+    personal_state=True,
+    options_check="fedapp.methods.fedd2p:check_fedd2p_options",
+    keys=_FEDD2P_KEYS,
+)
+
+
+FEDD2P_AGG = MethodSpec(
+    "fedd2p-agg",
+    "fedapp.strategies.fedd2p:FedD2PStrategy",
+    "fedapp.clients.fedd2p:FedD2PClient",
+    "FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
+    "cnn",
+    "per-class",
+    f"uploads per-class soft labels {_PER_CLASS}",
+    mixed_models=True,
+    new_client_note=_PER_CLASS_ONLY,
+    personal_state=True,
+    variant_of="fedd2p",
+    keys=_FEDD2P_CLIENT_KEYS,
+)
+
+
+FEDD2P_GT = MethodSpec(
+    "fedd2p-gt",
+    "fedapp.strategies.fedd2p:FedD2PStrategy",
+    "fedapp.clients.fedd2p:FedD2PClient",
+    "FedD2P baseline B3: the generator learns from ground truth only, no distillation",
+    "cnn+server-clip",
+    "per-class",
+    f"uploads per-class soft labels {_PER_CLASS}",
+    mixed_models=True,
+    new_client_note=_PER_CLASS_ONLY,
+    personal_state=True,
+    variant_of="fedd2p",
+    options_check="fedapp.methods.fedd2p:check_fedd2p_options",
+    keys=_FEDD2P_KEYS,
+)
+
+BUILTIN: tuple[MethodSpec, ...] = (
+    FEDAVG,
+    STANDALONE,
+    PFEDLORA,
+    LG_FEDAVG,
+    FEDPROTO,
+    FD,
+    FML,
+    FEDKD,
+    COOP_LOCAL,
+    PROMPTFL,
+    SDFED,
+    HEAD_FEDAVG,
+    LOCAL_VPT,
+    FEDVPT,
+    FEDVPT_D,
+    PEP_FEDPT,
+    FEDD2P,
+    FEDD2P_AGG,
+    FEDD2P_GT,
+)
+"""In the order the docs and the config reference list them."""
