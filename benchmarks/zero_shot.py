@@ -19,12 +19,12 @@ import sys
 
 import numpy as np
 
-from fedapp.clientdata import check_data, held_out_clients, load_client_data
+from fedapp.clientdata import check_data, clip_weights, held_out_clients, load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.errors import FedAppError
 from fedapp.launch import expand_preset, parse_overrides
 from fedapp.models.clip import load_open_clip
-from fedapp.pretrain import zero_shot_accuracy
+from fedapp.models.zero_shot import zero_shot_accuracy
 from fedapp.report import fmt_mean_std
 
 HAND_CRAFTED = ("a photo of a {c}.",)
@@ -35,7 +35,7 @@ def client_accuracies(overrides: dict) -> dict[str, list[float]]:
     config = resolve_run_config(expand_preset(overrides))
     clients = config.num_partitions
     check_data(config, clients)
-    clip = load_open_clip(config.clip_model, config.pretrained)
+    clip = load_open_clip(config.clip_model, clip_weights(config, config.clip_model))
     held = held_out_clients(config)
     scores: dict[str, list[float]] = {"acc": [], "novel": []}
     for pid in range(clients):
