@@ -10,6 +10,8 @@ config rules, the registry and the docs read.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fedapp.catalog import MethodSpec
 
 _PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
@@ -229,15 +231,11 @@ FEDVPT = MethodSpec(
 )
 
 
-FEDVPT_D = MethodSpec(
-    "fedvpt-d",
-    "fedapp.strategies.fedvpt:FedVPTStrategy",
-    "fedapp.clients.fedvpt:FedVPTClient",
-    "deep visual prompts (every layer) and head averaged across clients",
-    "clip-vision",
-    "parameters",
+FEDVPT_D = replace(
+    FEDVPT,
+    name="fedvpt-d",
+    summary="deep visual prompts (every layer) and head averaged across clients",
     variant_of="fedvpt",
-    keys=("prompt-lr-scale",),
 )
 
 
@@ -270,36 +268,22 @@ FEDD2P = MethodSpec(
 )
 
 
-FEDD2P_AGG = MethodSpec(
-    "fedd2p-agg",
-    "fedapp.strategies.fedd2p:FedD2PStrategy",
-    "fedapp.clients.fedd2p:FedD2PClient",
-    "FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
-    "cnn",
-    "per-class",
-    f"uploads per-class soft labels {_PER_CLASS}",
-    mixed_models=True,
-    new_client_note=_PER_CLASS_ONLY,
-    personal_state=True,
+FEDD2P_AGG = replace(
+    FEDD2P,
+    name="fedd2p-agg",
+    summary="FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
+    backbone="cnn",
     variant_of="fedd2p",
+    options_check="",
     keys=_FEDD2P_CLIENT_KEYS,
 )
 
 
-FEDD2P_GT = MethodSpec(
-    "fedd2p-gt",
-    "fedapp.strategies.fedd2p:FedD2PStrategy",
-    "fedapp.clients.fedd2p:FedD2PClient",
-    "FedD2P baseline B3: the generator learns from ground truth only, no distillation",
-    "cnn+server-clip",
-    "per-class",
-    f"uploads per-class soft labels {_PER_CLASS}",
-    mixed_models=True,
-    new_client_note=_PER_CLASS_ONLY,
-    personal_state=True,
+FEDD2P_GT = replace(
+    FEDD2P,
+    name="fedd2p-gt",
+    summary="FedD2P baseline B3: the generator learns from ground truth only, no distillation",
     variant_of="fedd2p",
-    options_check="fedapp.methods.fedd2p:check_fedd2p_options",
-    keys=_FEDD2P_KEYS,
 )
 
 BUILTIN: tuple[MethodSpec, ...] = (

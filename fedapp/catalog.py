@@ -18,11 +18,12 @@ checks are named by import path, as its strategy and client are, and imported wh
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 Backbone = Literal["cnn", "clip-text", "clip-vision", "cnn+server-clip"]
 Uploads = Literal["parameters", "per-class", "nothing"]
@@ -147,11 +148,30 @@ def _load_entry_points() -> tuple[dict[str, MethodSpec], dict[str, str]]:
     return {name: found[name][1] for name in order if name not in problems}, problems
 
 
-# Built when this module is first imported; our own entry points import fedapp.builtin_methods,
-# which takes MethodSpec from here (defined above).
-CATALOG, CATALOG_PROBLEMS = _load_entry_points()
+@functools.cache
+def _catalog() -> tuple[dict[str, MethodSpec], dict[str, str]]:
+    # Built on first use, not on import: a package that declares methods imports MethodSpec from here,
+    # and loading its entry point while this module or that package is still importing would find
+    # them half made (importing fedapp.builtin_methods or a plug-in first did).
+    return _load_entry_points()
 
-METHODS: tuple[str, ...] = tuple(CATALOG)
+
+if TYPE_CHECKING:
+    CATALOG: dict[str, MethodSpec]
+    CATALOG_PROBLEMS: dict[str, str]
+    METHODS: tuple[str, ...]
+
+
+def __getattr__(name: str) -> Any:
+    """``CATALOG`` (method name -> MethodSpec), ``CATALOG_PROBLEMS`` (method name -> why its entry point
+    could not be used) and ``METHODS`` (the names in catalog order), built on first use."""
+    if name == "CATALOG":
+        return _catalog()[0]
+    if name == "CATALOG_PROBLEMS":
+        return _catalog()[1]
+    if name == "METHODS":
+        return tuple(_catalog()[0])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _hook(path: str) -> Callable[..., Any]:
@@ -162,7 +182,7 @@ def _hook(path: str) -> Callable[..., Any]:
 def check_method_options(method: str, values: Mapping[str, Any]) -> None:
     """Run ``method``'s own option checks (:attr:`MethodSpec.options_check`) on the run
     configuration's ``values``; its module is imported only then (FedD2P's needs torch)."""
-    check = CATALOG[method].options_check
+    check = _catalog()[0][method].options_check
     if check:
         _hook(check)(values)
 
@@ -170,11 +190,11 @@ def check_method_options(method: str, values: Mapping[str, Any]) -> None:
 def text_prompt_lengths(method: str, values: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
     """The text prompts a ``method`` client reads besides ``prompt-length``'s, as ``(what, length
     per client)`` (:attr:`MethodSpec.text_prompt_lengths`; none for most methods)."""
-    hook = CATALOG[method].text_prompt_lengths
+    hook = _catalog()[0][method].text_prompt_lengths
     return _hook(hook)(values) if hook else []
 
 
 def methods_where(**facts: object) -> tuple[str, ...]:
     """The methods whose spec has every given attribute value, in catalog order:
     ``methods_where(backbone="clip-text")``, ``methods_where(averages_parameters=True)``."""
-    return tuple(name for name, spec in CATALOG.items() if all(getattr(spec, k) == v for k, v in facts.items()))
+    return tuple(name for name, spec in _catalog()[0].items() if all(getattr(spec, k) == v for k, v in facts.items()))

@@ -17,7 +17,11 @@ from tests.paths import ROOT
 EXAMPLE = ROOT / "examples" / "fedper"
 
 USER_CHECK = (
-    "from fedapp.catalog import CATALOG\n"
+    # The plug-in first: its MethodSpec comes from fedapp.catalog, which must not load the entry points
+    # (the plug-in's own among them) while either is half imported.
+    "import fedapp_fedper\n"
+    "from fedapp.catalog import CATALOG, CATALOG_PROBLEMS\n"
+    "assert CATALOG_PROBLEMS == {}, CATALOG_PROBLEMS\n"
     "from fedapp.registry import client_class, strategy_class\n"
     "assert list(CATALOG)[-1] == 'fedper', list(CATALOG)\n"
     "assert strategy_class('fedper').__module__ == 'fedapp_fedper.strategy'\n"

@@ -16,6 +16,7 @@ from tests.paths import ROOT
 
 USER_CHECK = (
     "import sys\n"
+    "import fedapp.builtin_methods\n"  # our table first: the catalog is built on first use, not on its import
     "import fedapp, strategies, clients\n"
     "from fedapp import registry\n"
     "from fedapp.strategies import SDFedStrategy\n"
