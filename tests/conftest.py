@@ -34,6 +34,9 @@ TIERS = ("unit", "integration", "system", "gpu")
 FLOWER_DEFAULT_PORT = ("system/test_launch.py", "system/test_plugin_app.py", "system/test_sweep.py")
 # Session-wide federations: every test that uses one runs on the worker that started it.
 SHARED_FEDERATIONS = ("loopback", "netns")
+# In-process modules long enough to unbalance the workers if they ran inside the integration group
+# (the offline presets' full runs and their backbones' pretraining: about 11 minutes): a group each.
+OWN_GROUP = ("integration/test_presets_accuracy.py",)
 
 
 def xdist_group(item: pytest.Item, module: str) -> str:
@@ -44,6 +47,8 @@ def xdist_group(item: pytest.Item, module: str) -> str:
         if federation in getattr(item, "fixturenames", ()):
             return f"federation-{federation}"
     tier = module.split("/", maxsplit=1)[0]
+    if module in OWN_GROUP:
+        return module
     if tier in ("unit", "integration"):
         # CPU-bound (training, Ray simulations sharing one Ray start): one worker each, beside the
         # system tier's modules, which mostly wait on processes they started.

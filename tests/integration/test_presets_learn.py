@@ -1,6 +1,8 @@
 """Every preset in ``conf/`` learns from round 1: a brief in-process run of each, on data that ships.
 
-The presets are found with a glob, so a new one is checked without touching this file. Each runs in
+The presets are found with a glob, so a new one is checked without touching this file. The offline
+presets (``dataset: digits``) run in full, on their own backbones, in ``test_presets_accuracy.py``,
+whose checks are stronger; this module runs the others, whose data or weights no test machine has. Each runs in
 this process (:func:`fedapp.inprocess.run_in_process`) for a few rounds with the method settings of
 the preset kept: method, partition, optimiser, ``lr``, ``momentum``, local and warm-up epochs, batch
 size, zoo models, ``mu``, prompt lengths and layers, temperatures, fractions, held-out share.
@@ -60,7 +62,9 @@ from fedapp.config.schema import APP_ROOT, DATASET_CLASSES, SCHEMA
 from fedapp.inprocess import run_in_process
 from fedapp.metrics import RoundRecord
 
-PRESETS = sorted((APP_ROOT / "conf").glob("*.yaml"))
+PRESETS = sorted(
+    path for path in (APP_ROOT / "conf").glob("*.yaml") if load_preset(str(path)).get("dataset") != "digits"
+)
 
 MAX_CLIENTS = 5
 """5 clients of 2 classes cover digits' 10 classes in a pathological split, and a 0.2 fraction
@@ -88,7 +92,7 @@ ADAPTATIONS: dict[str, tuple[dict[str, Any], str]] = {
     "pep-fedpt-vitb16": (
         {"lr": 0.01},
         "lr 0.05 is the paper's for a pretrained ViT-B/16; on the random-init tiny ViT standing in for it "
-        "the training loss climbs (2.45, 2.39, 2.69 over 3 rounds); 0.01 is pep-fedpt-digits' lr on that ViT",
+        "the training loss climbs (2.45, 2.39, 2.69 over 3 rounds); at 0.01 it falls",
     ),
     "claims-family-d": (
         {"local-epochs": 1},
@@ -194,7 +198,7 @@ def assert_training_learns(history: list[RoundRecord]) -> None:
 def test_every_preset_is_checked():
     # An empty glob (a moved conf/) would check nothing, and an adaptation whose preset was renamed
     # would silently stop applying.
-    assert len(PRESETS) >= 20
+    assert len(PRESETS) >= 14
     assert set(ADAPTATIONS) <= {path.stem for path in PRESETS}
     assert all(reason for _, reason in ADAPTATIONS.values())
 
