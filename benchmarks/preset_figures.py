@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 from fedapp.catalog import CATALOG
-from fedapp.clientdata import held_out_clients, load_client_data
 from fedapp.config import resolve_run_config
 from fedapp.config.run_config import load_preset
 from fedapp.config.schema import APP_ROOT
@@ -37,11 +36,8 @@ OFFLINE = sorted(
 
 def zero_shot(preset: Path) -> tuple[float, int]:
     """The preset backbone's zero-shot mean client accuracy, and how many test images those clients hold."""
-    scores = client_accuracies({"preset": str(preset)})["acc"]
-    config = resolve_run_config({"preset": str(preset)})
-    held, clients = held_out_clients(config), config.num_partitions
-    images = sum(len(load_client_data(config, c, clients).splits["test"]) for c in range(clients) if c not in held)
-    return sum(scores) / len(scores), images
+    scores = client_accuracies({"preset": str(preset)})
+    return sum(scores["acc"]) / len(scores["acc"]), int(sum(scores["images"]))
 
 
 def figures(preset: Path, results_dir: Path | None = None) -> dict:

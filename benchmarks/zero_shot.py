@@ -31,13 +31,14 @@ HAND_CRAFTED = ("a photo of a {c}.",)
 
 
 def client_accuracies(overrides: dict) -> dict[str, list[float]]:
-    """Zero-shot accuracy of every client that a run of ``overrides`` would evaluate."""
+    """Zero-shot accuracy of every client that a run of ``overrides`` would evaluate (``acc``, under
+    base-to-novel ``novel`` too), and how many test images each holds (``images``)."""
     config = resolve_run_config(expand_preset(overrides))
     clients = config.num_partitions
     check_data(config, clients)
     clip = load_open_clip(config.clip_model, clip_weights(config, config.clip_model))
     held = held_out_clients(config)
-    scores: dict[str, list[float]] = {"acc": [], "novel": []}
+    scores: dict[str, list[float]] = {"acc": [], "novel": [], "images": []}
     for pid in range(clients):
         if pid in held:
             continue
@@ -45,6 +46,7 @@ def client_accuracies(overrides: dict) -> dict[str, list[float]]:
         test = data.splits["test"]
         if len(test):
             scores["acc"].append(zero_shot_accuracy(clip, test.images, test.labels, data.class_names, HAND_CRAFTED))
+            scores["images"].append(len(test))
         novel = data.splits.get("test_novel")
         if novel is not None and len(novel):
             scores["novel"].append(
