@@ -19,6 +19,7 @@ from fedapp.data.tensors import to_float_tensor
 from fedapp.errors import ModelError
 from fedapp.models import seeded_model
 from fedapp.models.export import client_model_path, model_metadata, module_tensors, write_model_file
+from fedapp.options import MethodOptions
 from fedapp.params import named_arrays_to_state, state_to_named_arrays
 from fedapp.state import StateStore, on_supernode
 from fedapp.training import EvalResult, LossFn, TensorData, TrainResult, cross_entropy_loss, evaluate, train
@@ -47,8 +48,11 @@ class FedAppClient(NumPyClient):
         Torch device for local training.
     """
 
+    options: MethodOptions
+
     def __init__(self, config: RunConfig, data: ClientData, store: StateStore, device: torch.device) -> None:
         self.config = config
+        self.options = config.options  # the method's own keys
         self.data = data
         self.store = store
         self.device = device

@@ -13,26 +13,29 @@ from torch import Tensor, nn
 from fedapp.aggregation import Arrays
 from fedapp.clients.per_class import PerClassClient
 from fedapp.methods.fedd2p import distillation_term, knowledge_loss, soft_labels
+from fedapp.methods.fedd2p_options import FedD2PClientOptions
 from fedapp.training import LossFn, cross_entropy_loss
 
 
 class FedD2PClient(PerClassClient):
     """FedD2P and its baselines B2/B3 (they differ only on the server)."""
 
+    options: FedD2PClientOptions
+
     def statistic(self, model: nn.Module, x: Tensor) -> Tensor:
-        return soft_labels(model, x, self.config.d2p_tau1)
+        return soft_labels(model, x, self.options.d2p_tau1)
 
     @property
     def distil_temperature(self) -> float:
         """S3's temperature: the paper's Eq. 3 softens the client's output with the same
         sigma_tau as its soft labels (Eq. 2), tau1 = 10, unless ``d2p-distil-temperature`` says otherwise."""
-        return self.config.d2p_distil_temperature or self.config.d2p_tau1
+        return self.options.d2p_distil_temperature or self.options.d2p_tau1
 
     def loss(self, global_stats: Arrays) -> LossFn:
-        return knowledge_loss(global_stats[0], global_stats[1], self.config.kd_weight, self.distil_temperature)
+        return knowledge_loss(global_stats[0], global_stats[1], self.options.kd_weight, self.distil_temperature)
 
     def round_epochs(self) -> int | None:
-        warmup = self.config.warmup_epochs
+        warmup = self.options.warmup_epochs
         return warmup if warmup and self.personal_rounds() == 0 else None
 
     def round_figures(self, model: nn.Module, global_stats: Arrays) -> dict[str, float]:

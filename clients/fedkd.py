@@ -11,4 +11,4 @@ class FedKDClient(MutualClient):
     """Adaptive mutual distillation with hidden-state alignment."""
 
     def loss(self) -> LossFn:
-        return fedkd_loss(self.config.kd_temperature)
+        return fedkd_loss(self.options.kd_temperature)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fedapp.clients.mutual import MutualClient
+from fedapp.methods.distillation_options import FMLOptions
 from fedapp.methods.fml import fml_loss
 from fedapp.training import LossFn
 
@@ -10,6 +11,7 @@ from fedapp.training import LossFn
 class FMLClient(MutualClient):
     """Federated mutual learning."""
 
+    options: FMLOptions
+
     def loss(self) -> LossFn:
-        cfg = self.config
-        return fml_loss(cfg.fml_alpha, cfg.fml_beta, cfg.kd_temperature)
+        return fml_loss(self.options.fml_alpha, self.options.fml_beta, self.options.kd_temperature)

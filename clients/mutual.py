@@ -7,6 +7,7 @@ from torch import nn
 from fedapp.aggregation import Arrays
 from fedapp.clients.base import FedAppClient
 from fedapp.methods import mutual
+from fedapp.methods.distillation_options import MutualOptions
 from fedapp.params import get_arrays, set_arrays
 from fedapp.training import EvalResult, LossFn
 
@@ -14,11 +15,13 @@ from fedapp.training import EvalResult, LossFn
 class MutualClient(FedAppClient):
     """Trains its private model and the received shared model together; uploads the shared one."""
 
+    options: MutualOptions
+
     def loss(self) -> LossFn:
         raise NotImplementedError
 
     def _shared(self, shared_arrays: Arrays) -> nn.Module:
-        shared = self.new_model(self.config.shared_model)
+        shared = self.new_model(self.options.shared_model)
         set_arrays(shared, shared_arrays)
         return shared
 

@@ -19,6 +19,7 @@ from fedapp.methods.pep_fedpt import (
     relative_change,
 )
 from fedapp.methods.per_class import per_class_means
+from fedapp.methods.visual_prompt_options import PEPFedPTOptions
 from fedapp.models.vpt import PromptedViT
 from fedapp.params import get_arrays
 from fedapp.training import EvalResult
@@ -47,6 +48,8 @@ class PEPFedPTClient(VisualPromptClient):
     and the only client-specific input, the prior, is recomputed from the labels.
     """
 
+    options: PEPFedPTOptions
+
     def _prior(self) -> Tensor:
         counts = self.data.label_counts()
         if counts.sum() == 0:
@@ -57,10 +60,10 @@ class PEPFedPTClient(VisualPromptClient):
 
     def _model(self, parameters: Arrays) -> PromptedViT:
         learner = self.learner(parameters[:-2])
-        if self.config.pep_mixer == "oracle":
+        if self.options.pep_mixer == "oracle":
             return self.prompted(learner, OracleMixer(self.data.num_classes))
         mixer = PriorMixer(
-            parameters[-2], parameters[-1], self._prior(), self.config.ccmp_temperature, len(learner.class_layers)
+            parameters[-2], parameters[-1], self._prior(), self.options.ccmp_temperature, len(learner.class_layers)
         )
         return self.prompted(learner, mixer)
 

@@ -7,6 +7,7 @@ from torch import nn
 from fedapp.aggregation import Arrays
 from fedapp.clients.base import FedAppClient
 from fedapp.methods import pfedlora
+from fedapp.methods.pfedlora_options import PFedLoRAOptions
 from fedapp.params import get_arrays, set_arrays
 from fedapp.training import EvalResult, evaluate
 
@@ -14,13 +15,15 @@ from fedapp.training import EvalResult, evaluate
 class PFedLoRAClient(FedAppClient):
     """Trains its own CNN with the frozen global adapter, then the adapter; uploads the adapter."""
 
+    options: PFedLoRAOptions
+
     def _net(self, adapter_arrays: Arrays, model: nn.Module | None = None) -> pfedlora.ModelWithAdapter:
         model = self.load_personal_model() if model is None else model
         adapter = pfedlora.LowRankAdapter(
             model.feature_dim,
-            self.config.adapter_hidden,
+            self.options.adapter_hidden,
             self.data.num_classes,
-            self.config.adapter_kind,
+            self.options.adapter_kind,
         )
         set_arrays(adapter, adapter_arrays)
         return pfedlora.ModelWithAdapter(model, adapter)
@@ -30,7 +33,7 @@ class PFedLoRAClient(FedAppClient):
         server_round = int(config["server-round"])
         result = pfedlora.train_round(
             net,
-            self.config.mu,
+            self.options.mu,
             lambda module, loss_fn, params: self.train_model(module, server_round, loss_fn, params),
         )
         rounds = self.save_personal_model(net.model)
@@ -40,20 +43,20 @@ class PFedLoRAClient(FedAppClient):
 
     def inference_module(self, parameters: Arrays) -> nn.Module:
         # `head`: the personal model alone is scored and exported; the other readings need the adapter too.
-        if self.config.pfedlora_inference == "head":
+        if self.options.pfedlora_inference == "head":
             return self.load_personal_model()
-        return pfedlora.PFedLoRAPredictor(self._net(parameters), self.config.pfedlora_inference, self.config.mu)
+        return pfedlora.PFedLoRAPredictor(self._net(parameters), self.options.pfedlora_inference, self.options.mu)
 
     def score(self, module: nn.Module, parameters: Arrays, split: str = "test") -> tuple[EvalResult, dict[str, float]]:
         """The configured reading's result, and every reading's accuracy beside it, every round."""
         net = module.net if isinstance(module, pfedlora.PFedLoRAPredictor) else self._net(parameters, module)
         results = {
             reading: evaluate(
-                pfedlora.PFedLoRAPredictor(net, reading, self.config.mu),
+                pfedlora.PFedLoRAPredictor(net, reading, self.options.mu),
                 self.data.splits[split].tensors,
                 device=self.device,
             )
             for reading in pfedlora.INFERENCE_READINGS
         }
         extra = {f"{reading}_accuracy": result.accuracy for reading, result in results.items()}
-        return results[self.config.pfedlora_inference], extra
+        return results[self.options.pfedlora_inference], extra

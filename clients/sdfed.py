@@ -6,7 +6,6 @@ import numpy as np
 
 from fedapp.aggregation import Arrays
 from fedapp.clients.text_prompt import PromptClient
-from fedapp.methods.local_prompt_lengths import parse_local_lengths
 from fedapp.methods.sdfed import (
     SDFedClassifier,
     SDFedWeights,
@@ -14,27 +13,29 @@ from fedapp.methods.sdfed import (
     round_classifier,
     sdfed_train_loss,
 )
+from fedapp.methods.sdfed_options import SDFedOptions
 from fedapp.models.text_prompt import PromptTextEncoder
 
 
 class SDFedClient(PromptClient):
     """SDFed: a shared global prompt plus a private local prompt of this client's own length."""
 
+    options: SDFedOptions
+
     @property
     def local_length(self) -> int:
-        lengths = parse_local_lengths(self.config.local_prompt_lengths, self.config.num_partitions, self.config.seed)
+        lengths = self.options.local_lengths(self.config.num_partitions, self.config.seed)
         return lengths[self.partition_id % len(lengths)]
 
     @property
     def weights(self) -> SDFedWeights:
-        cfg = self.config
         return SDFedWeights(
-            alpha=cfg.sdfed_alpha,
-            beta=cfg.sdfed_beta,
-            gamma=cfg.sdfed_gamma,
-            lam=cfg.sdfed_lambda,
-            combination=cfg.sdfed_combination,
-            separation_moves_global=cfg.sdfed_separation_moves_global,
+            alpha=self.options.sdfed_alpha,
+            beta=self.options.sdfed_beta,
+            gamma=self.options.sdfed_gamma,
+            lam=self.options.sdfed_lambda,
+            combination=self.options.sdfed_combination,
+            separation_moves_global=self.options.sdfed_separation_moves_global,
         )
 
     def _classifier(self, global_prompt: np.ndarray, encoder: PromptTextEncoder | None = None) -> SDFedClassifier:
@@ -45,7 +46,7 @@ class SDFedClient(PromptClient):
             self.context(None if saved is None else saved["context"], self.local_length, salt=1),
             self.weights,
             self.clip.model.logit_scale,
-            projector_mode=self.config.projector_mode,
+            projector_mode=self.options.projector_mode,
         )
 
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:

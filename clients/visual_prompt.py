@@ -17,6 +17,7 @@ from torch import nn
 from fedapp.aggregation import Arrays
 from fedapp.clientdata import clip_weights
 from fedapp.clients.base import FedAppClient
+from fedapp.methods.visual_prompt_options import VisualPromptOptions
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.models import LoadedClip, load_open_clip
 from fedapp.models.image_features import ImageFeatureCache, clip_image_batch
@@ -30,6 +31,8 @@ INPUTS = ImageFeatureCache()
 
 class VisualPromptClient(FedAppClient):
     """Shared machinery: the frozen backbone, the client's inputs, one prompted model."""
+
+    options: VisualPromptOptions
 
     @functools.cached_property
     def clip(self) -> LoadedClip:
@@ -65,7 +68,7 @@ class VisualPromptClient(FedAppClient):
         """Train the prompts and head (the backbone is frozen), the prompts at ``prompt-lr-scale``
         times ``lr``, on ``loss_fn``; returns fit metrics."""
         head = {id(param) for param in model.prompts.head.parameters()}
-        scale = self.config.prompt_lr_scale
+        scale = self.options.prompt_lr_scale
 
         def lr_scale(param: nn.Parameter) -> float:
             return 1.0 if id(param) in head else scale

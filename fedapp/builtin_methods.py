@@ -13,40 +13,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fedapp.catalog import MethodSpec
+from fedapp.methods.distillation_options import FDOptions, FedProtoOptions, FMLOptions, MutualOptions
+from fedapp.methods.fedd2p_options import FedD2PClientOptions, FedD2POptions
+from fedapp.methods.pfedlora_options import PFedLoRAOptions
+from fedapp.methods.sdfed_options import SDFedOptions
+from fedapp.methods.visual_prompt_options import PEPFedPTOptions, VisualPromptOptions
 
 _PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
 _LOCAL_MODEL = "clients are scored on their own local model, which a new client has not trained"
 _ALONE = "each client trains its own model alone, so a client that never trained has none"
 _PER_CLASS_ONLY = "clients share per-class knowledge, not a model; a new client's model is untrained"
-_SDFED_KEYS = (
-    "local-prompt-lengths",
-    "sdfed-lambda",
-    "sdfed-gamma",
-    "sdfed-alpha",
-    "sdfed-beta",
-    "projector-mode",
-    "sdfed-combination",
-    "sdfed-separation-moves-global",
-)
-_PEP_FEDPT_KEYS = (
-    "prompt-lr-scale",
-    "class-prompt-layers",
-    "class-prompt-length",
-    "ccmp-temperature",
-    "pep-mixer",
-    "prototype-momentum",
-)
-# The clients' keys; the baseline B2 (fedd2p-agg) has no prompt generator, so reads these alone.
-_FEDD2P_CLIENT_KEYS = ("kd-weight", "warmup-epochs", "d2p-tau1", "d2p-distil-temperature")
-_FEDD2P_KEYS = (
-    *_FEDD2P_CLIENT_KEYS,
-    "d2p-tau2",
-    "d2p-steps",
-    "d2p-lr",
-    "d2p-prompt-tokens",
-    "d2p-template",
-    "d2p-generator",
-)
 
 
 FEDAVG = MethodSpec(
@@ -83,7 +59,7 @@ PFEDLORA = MethodSpec(
     mixed_models=True,
     new_client_note="only the low-rank adapter is shared; a new client's own CNN is untrained",
     personal_state=True,
-    keys=("adapter-kind", "adapter-hidden", "adapter-init", "pfedlora-inference", "mu"),
+    options=PFedLoRAOptions,
 )
 
 
@@ -111,7 +87,7 @@ FEDPROTO = MethodSpec(
     mixed_models=True,
     new_client_note=_PER_CLASS_ONLY,
     personal_state=True,
-    keys=("proto-weight",),
+    options=FedProtoOptions,
 )
 
 
@@ -126,7 +102,7 @@ FD = MethodSpec(
     mixed_models=True,
     new_client_note=_PER_CLASS_ONLY,
     personal_state=True,
-    keys=("kd-weight", "kd-temperature"),
+    options=FDOptions,
 )
 
 
@@ -140,7 +116,7 @@ FML = MethodSpec(
     mixed_models=True,
     new_client_note=_LOCAL_MODEL,
     personal_state=True,
-    keys=("shared-model", "kd-temperature", "fml-alpha", "fml-beta"),
+    options=FMLOptions,
 )
 
 
@@ -154,7 +130,7 @@ FEDKD = MethodSpec(
     mixed_models=True,
     new_client_note=_LOCAL_MODEL,
     personal_state=True,
-    keys=("shared-model", "kd-temperature"),
+    options=MutualOptions,
 )
 
 
@@ -190,8 +166,7 @@ SDFED = MethodSpec(
     "parameters",
     new_client_note="half of its classifier is the private local prompt, which a new client has not trained",
     personal_state=True,
-    text_prompt_lengths="fedapp.methods.local_prompt_lengths:sdfed_text_prompt_lengths",
-    keys=_SDFED_KEYS,
+    options=SDFedOptions,
 )
 
 
@@ -202,7 +177,7 @@ HEAD_FEDAVG = MethodSpec(
     "a linear head on a frozen ViT, averaged across clients",
     "clip-vision",
     "parameters",
-    keys=("prompt-lr-scale",),
+    options=VisualPromptOptions,
 )
 
 
@@ -216,7 +191,7 @@ LOCAL_VPT = MethodSpec(
     "uploads nothing (each client trains alone)",
     new_client_note=_ALONE,
     personal_state=True,
-    keys=("prompt-lr-scale",),
+    options=VisualPromptOptions,
 )
 
 
@@ -227,7 +202,7 @@ FEDVPT = MethodSpec(
     "shallow visual prompts and head averaged across clients",
     "clip-vision",
     "parameters",
-    keys=("prompt-lr-scale",),
+    options=VisualPromptOptions,
 )
 
 
@@ -247,8 +222,7 @@ PEP_FEDPT = MethodSpec(
     "clip-vision",
     "per-class",
     f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
-    options_check="fedapp.methods.visual_prompts:check_pep_fedpt_options",
-    keys=_PEP_FEDPT_KEYS,
+    options=PEPFedPTOptions,
 )
 
 
@@ -263,8 +237,7 @@ FEDD2P = MethodSpec(
     mixed_models=True,
     new_client_note=_PER_CLASS_ONLY,
     personal_state=True,
-    options_check="fedapp.methods.fedd2p:check_fedd2p_options",
-    keys=_FEDD2P_KEYS,
+    options=FedD2POptions,
 )
 
 
@@ -274,8 +247,7 @@ FEDD2P_AGG = replace(
     summary="FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
     backbone="cnn",
     variant_of="fedd2p",
-    options_check="",
-    keys=_FEDD2P_CLIENT_KEYS,
+    options=FedD2PClientOptions,
 )
 
 

@@ -12,18 +12,19 @@ ours (:mod:`fedapp.builtin_methods`, declared in ``pyproject.toml``) and any pac
 yours that declares a ``MethodSpec`` the same way (docs/extending.md), so a method of your own
 runs through ``python -m fedapp.launch``, ``flwr run`` and the sweep without a change here.
 
-This module is plain data: it imports neither Flower nor torch. A method's own option
-checks are named by import path, as its strategy and client are, and imported when run.
+This module is plain data: it imports neither Flower nor torch.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Literal
+
+from fedapp.options import Key, MethodOptions
 
 Backbone = Literal["cnn", "clip-text", "clip-vision", "cnn+server-clip"]
 Uploads = Literal["parameters", "per-class", "nothing"]
@@ -58,20 +59,14 @@ class MethodSpec:
     variant_of
         The method whose strategy and client this one reuses with other settings
         (empty for a method of its own).
-    options_check
-        ``"module:function"`` that checks the method's own keys (their parsers live with
-        the method): it takes the run configuration's values by config name and raises a
-        ConfigError naming the key; empty when the method has no keys of its own to check.
-    text_prompt_lengths
-        ``"module:function"`` giving, from the same values, the text prompts a client of a
-        ``clip-text`` method reads besides ``prompt-length``'s, as ``(what, length per
-        client)`` pairs, so that one rule checks every prompt against the text context.
+    options
+        The :class:`~fedapp.options.MethodOptions` subclass declaring the keys of the method's own
+        mechanism (their types, defaults, ranges and checks), declared beside its math; a strategy
+        and a client receive an instance as ``self.options``. The methods that do not declare a key
+        leave it alone. The base class itself: the method has no keys of its own.
     personal_state
         Whether a client keeps state of its own between rounds (its model, prompt or
         statistics) in its state store, which a resumed run finds again only on disk.
-    keys
-        The configuration keys of the method's own mechanism, which it reads and the methods
-        that do not declare them leave alone (a key declared by none is every method's).
     """
 
     name: str
@@ -84,10 +79,8 @@ class MethodSpec:
     mixed_models: bool = False
     new_client_note: str = ""
     variant_of: str = ""
-    options_check: str = ""
-    text_prompt_lengths: str = ""
+    options: type[MethodOptions] = MethodOptions
     personal_state: bool = False
-    keys: tuple[str, ...] = ()
 
     @property
     def averages_parameters(self) -> bool:
@@ -100,6 +93,11 @@ class MethodSpec:
         """Classifies by class-name prompts, so it can name classes it never trained on
         (the base-to-novel protocol)."""
         return self.backbone == "clip-text"
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The config names of the keys :attr:`options` declares."""
+        return tuple(self.options.config_keys())
 
     @property
     def module(self) -> str:
@@ -139,13 +137,40 @@ def _load_entry_points() -> tuple[dict[str, MethodSpec], dict[str, str]]:
             problems[point.name] = f"{where} is a MethodSpec named {spec.name!r}"
         elif point.name in found and found[point.name][1] is not spec:
             problems[point.name] = f"{where}: another package declares a method of that name"
+        elif not (isinstance(spec.options, type) and issubclass(spec.options, MethodOptions)):
+            problems[point.name] = f"{where}: its options {spec.options!r} are not a fedapp.options.MethodOptions class"
         else:
             found[point.name] = (ours, spec)
     # Entry points come sorted by name; ours keep the order of their table, which the docs follow.
     table = [spec.name for spec in import_module("fedapp.builtin_methods").BUILTIN]
     ours = sorted((name for name in found if found[name][0]), key=table.index)
     order = ours + sorted(name for name in found if not found[name][0])
-    return {name: found[name][1] for name in order if name not in problems}, problems
+    catalog = {name: found[name][1] for name in order if name not in problems}
+    problems |= _key_problems(catalog)
+    return {name: spec for name, spec in catalog.items() if name not in problems}, problems
+
+
+def _key_problems(catalog: Mapping[str, MethodSpec]) -> dict[str, str]:
+    """By method name, why its declared keys cannot join the others': a field that is not a key, or a
+    key an earlier method declares with another type, default or range (the run configuration is flat)."""
+    declared: dict[str, tuple[str, Key]] = {}
+    problems: dict[str, str] = {}
+    for name, spec in catalog.items():
+        try:
+            keys = spec.options.config_keys()
+        except Exception as error:  # a plug-in's malformed options must not stop the other methods
+            problems[name] = f"method {name!r}: its options {spec.options.__name__} do not declare keys: {error}"
+            continue
+        clash = next((key for key in keys if key in declared and not keys[key].same_as(declared[key][1])), None)
+        if clash is not None:
+            problems[name] = (
+                f"method {name!r} declares key {clash!r} unlike method {declared[clash][0]!r} does "
+                "(one key, one type, default and range)"
+            )
+            continue
+        for key, declaration in keys.items():
+            declared.setdefault(key, (name, declaration))
+    return problems
 
 
 @functools.cache
@@ -172,26 +197,6 @@ def __getattr__(name: str) -> Any:
     if name == "METHODS":
         return tuple(_catalog()[0])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _hook(path: str) -> Callable[..., Any]:
-    module, name = path.split(":")
-    return getattr(import_module(module), name)
-
-
-def check_method_options(method: str, values: Mapping[str, Any]) -> None:
-    """Run ``method``'s own option checks (:attr:`MethodSpec.options_check`) on the run
-    configuration's ``values``; its module is imported only then (FedD2P's needs torch)."""
-    check = _catalog()[0][method].options_check
-    if check:
-        _hook(check)(values)
-
-
-def text_prompt_lengths(method: str, values: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
-    """The text prompts a ``method`` client reads besides ``prompt-length``'s, as ``(what, length
-    per client)`` (:attr:`MethodSpec.text_prompt_lengths`; none for most methods)."""
-    hook = _catalog()[0][method].text_prompt_lengths
-    return _hook(hook)(values) if hook else []
 
 
 def methods_where(**facts: object) -> tuple[str, ...]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 
 from fedapp.catalog import CATALOG, CATALOG_PROBLEMS, MethodSpec
-from fedapp.config.schema import did_you_mean
 from fedapp.errors import ConfigError
+from fedapp.options import did_you_mean
 
 
 def _resolve(path: str) -> type:

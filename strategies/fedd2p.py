@@ -27,6 +27,7 @@ from fedapp.methods.fedd2p import (
     global_knowledge,
     train_generator,
 )
+from fedapp.methods.fedd2p_options import FedD2PClientOptions, FedD2POptions
 from fedapp.models import load_open_clip
 from fedapp.models.vpt import vision_tower_shape
 from fedapp.strategies.per_class import PerClassStrategy
@@ -38,6 +39,8 @@ log = logging.getLogger("flwr.fedapp")
 class FedD2PStrategy(PerClassStrategy):
     """Sends ``[knowledge (classes, classes), present (classes,)]``; receives
     ``[per-class soft labels (classes, classes), class counts (classes,)]``."""
+
+    options: FedD2PClientOptions
 
     #: The per-class distributions sent back (FedD2P-agg: the pooled soft labels themselves).
     statistic_name = "class_knowledge"
@@ -51,6 +54,13 @@ class FedD2PStrategy(PerClassStrategy):
             except ModelError as err:
                 raise ConfigError(f"config key 'clip-model' = {self.config['clip-model']!r}: {err}") from err
 
+    @property
+    def generator_options(self) -> FedD2POptions:
+        """The prompt generator's keys: FedD2P's and B3's (B2, ``fedd2p-agg``, has no generator)."""
+        if not isinstance(self.options, FedD2POptions):
+            raise TypeError(f"method {self.config.method!r} has no prompt generator")
+        return self.options
+
     def statistic_dim(self) -> int:
         return self.num_classes
 
@@ -60,15 +70,15 @@ class FedD2PStrategy(PerClassStrategy):
         cfg = self.config
         device = select_device(cfg.device)
         clip = load_open_clip(cfg.clip_model, clip_weights(cfg, cfg.clip_model), device=str(device))
-        descriptions = class_descriptions(self.class_names, cfg.d2p_template, cfg.dataset)
+        descriptions = class_descriptions(self.class_names, self.generator_options.d2p_template, cfg.dataset)
         log.info(
             "FedD2P class descriptions: %s", "; ".join(descriptions[:3]) + ("; ..." if len(descriptions) > 3 else "")
         )
         model = ServerKnowledgeModel(
             clip,
             descriptions,
-            prompt_tokens=cfg.d2p_prompt_tokens,
-            kind=cfg.d2p_generator,
+            prompt_tokens=self.generator_options.d2p_prompt_tokens,
+            kind=self.generator_options.d2p_generator,
             seed=cfg.seed,
         )
         return model.to(device)
@@ -95,18 +105,17 @@ class FedD2PStrategy(PerClassStrategy):
         method = self.config.method
         if method == "fedd2p-agg":
             return [pooled, present]
-        cfg = self.config
         loss = train_generator(
             self.knowledge_model,
             pooled,
             present,
-            steps=cfg.d2p_steps,
-            lr=cfg.d2p_lr,
-            temperature=cfg.d2p_tau2,
+            steps=self.generator_options.d2p_steps,
+            lr=self.generator_options.d2p_lr,
+            temperature=self.generator_options.d2p_tau2,
             distil=method == "fedd2p",
         )
         self.add_round_metric(server_round, "generator_loss", loss)
-        knowledge = global_knowledge(self.knowledge_model, cfg.d2p_tau2)
+        knowledge = global_knowledge(self.knowledge_model, self.generator_options.d2p_tau2)
         self.add_distribution_metrics(server_round, "g", knowledge, present)
         return [knowledge, present]
 

@@ -9,6 +9,7 @@ import torch
 from fedapp.aggregation import Arrays, weighted_average
 from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
 from fedapp.methods.per_class import merge_per_class
+from fedapp.methods.visual_prompt_options import PEPFedPTOptions
 from fedapp.methods.visual_prompts import build_visual_prompts
 from fedapp.params import get_arrays
 
@@ -21,6 +22,8 @@ class PEPFedPTStrategy(FedAppStrategy):
     move as ``mu <- beta * mu + (1 - beta) * pooled`` for classes some client held
     this round, and absent classes keep theirs.
     """
+
+    options: PEPFedPTOptions
 
     has_global_model = True
 
@@ -48,7 +51,7 @@ class PEPFedPTStrategy(FedAppStrategy):
         prototypes, present = merge_per_class(
             [(u.arrays[k], u.arrays[k + 1]) for u in updates],
             self._global[k],
-            momentum=self.config.prototype_momentum,
+            momentum=self.options.prototype_momentum,
             previous_present=self._global[k + 1],
         )
         return [*learner, prototypes, present]

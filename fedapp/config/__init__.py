@@ -56,7 +56,6 @@ from fedapp.config.run_config import (
     with_defaults,
 )
 from fedapp.config.schema import (
-    ADAPTER_KINDS,
     APP_ROOT,
     DATASET_CLASSES,
     DATASETS,
@@ -75,7 +74,6 @@ from fedapp.config.schema import (
 from fedapp.config.validated import RunConfig, settings_digest
 
 __all__ = [
-    "ADAPTER_KINDS",
     "APP_ROOT",
     "DATASETS",
     "DATASET_CLASSES",

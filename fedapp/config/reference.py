@@ -1,11 +1,13 @@
 """The configuration reference (docs/configuration.md), generated from the schema.
 
-Each key's type, default, allowed values and help come from its
-:class:`~fedapp.config.schema.Settings` field; this module adds only what the
-fields cannot say: the page's introduction, how the keys are grouped
-(:data:`GROUPS`, which must name every key exactly once) and a few notes per
-group. ``python -m fedapp.config.reference`` prints the page and ``--write PATH``
-writes it; a unit test keeps docs/configuration.md equal to this output.
+Each key's type, default, allowed values and help come from its field: a
+:class:`~fedapp.config.schema.Settings` field for the keys every run reads, a field of its
+method's :class:`~fedapp.options.MethodOptions` for a method's own (their sections and
+notes are made from the catalog: :func:`method_groups`). This module adds only what the
+fields cannot say: the page's introduction, how the common keys are grouped (:data:`GROUPS`,
+which must name every key exactly once) and a few notes per group.
+``python -m fedapp.config.reference`` prints the page and ``--write PATH`` writes it; a unit
+test keeps docs/configuration.md equal to this output.
 
 Why this module is long: it is the page's prose, one group of keys after another, kept
 next to the key lists it describes; splitting it would split the page.
@@ -18,7 +20,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedapp.config.schema import SCHEMA, Key, Scalar
+from fedapp.catalog import CATALOG
+from fedapp.config.schema import METHOD_KEYS, SCHEMA
+from fedapp.options import Key, Scalar
 
 # Keys whose values a cross-key rule checks against the model zoo (not a choice in the schema).
 ZOO_KEYS = ("model", "shared-model", "client-models")
@@ -43,8 +47,9 @@ class Group:
 
 
 INTRO = (
-    "Every key a run accepts is declared once, with its type, default and allowed range, as a field of "
-    "`Settings` in `fedapp/config/schema.py`. This page is generated from those fields "
+    "Every key a run accepts is declared once, with its type, default and allowed range: the keys every run "
+    "reads as fields of `Settings` in `fedapp/config/schema.py`, each method's own as fields of its options "
+    "class beside its math (`fedapp/methods/*_options.py`). This page is generated from those fields "
     f"(`{COMMAND}`; a unit test fails while it is out of date), so edit the fields, not the page.",
     "A run's configuration is set in three layers, each over the one before:",
     "1. **Defaults**: `pyproject.toml` declares every key at its default under `[tool.flwr.app.config]` "
@@ -67,11 +72,34 @@ INTRO = (
     "`flwr run .`, Flower checks the keys against `pyproject.toml` before any code of ours runs and refuses a "
     "misspelt one with `[code: 15] Invalid run configuration.`, without naming it; the same `--run-config` "
     "given to `python -m fedapp.launch` names it and starts nothing. In code a validated "
-    "configuration is a `fedapp.config.RunConfig`, with one typed attribute per key: `num-rounds` is "
-    "`config.num_rounds`.",
+    "configuration is a `fedapp.config.RunConfig`, with one typed attribute per common key (`num-rounds` is "
+    "`config.num_rounds`) and its method's own keys as `config.options` (`config.options.sdfed_lambda`); "
+    '`config["sdfed-lambda"]` reads any key by its name.',
     "In the tables, *default* is the value as `pyproject.toml` writes it and *allowed* is what a key accepts "
     "on its own; each section's notes name the main rules that tie its keys to others.",
 )
+
+
+def method_groups() -> tuple[Group, ...]:
+    """A section per options class the catalog's methods declare, in catalog order: the keys it declares
+    that no section before it lists, its notes (``about``), and the methods that read them."""
+    readers: dict[type, list[str]] = {}
+    for name, spec in CATALOG.items():
+        if any(key in METHOD_KEYS for key in spec.keys):
+            readers.setdefault(spec.options, []).append(name)
+    groups: list[Group] = []
+    listed: set[str] = set()
+    for options, methods in readers.items():
+        keys = [key for key in options.config_keys() if key in METHOD_KEYS]
+        new, earlier = tuple(key for key in keys if key not in listed), [key for key in keys if key in listed]
+        listed.update(new)
+        read_by = f"Read by {', '.join(f'`{method}`' for method in methods)}."
+        if earlier:
+            read_by += f" Also read: {', '.join(f'`{key}`' for key in earlier)} (in a section above)."
+        notes = (*((options.about,) if options.about else ()), read_by)
+        groups.append(Group(options.title or ", ".join(methods), new, notes, level=3))
+    return tuple(groups)
+
 
 GROUPS: tuple[Group, ...] = (
     Group(
@@ -142,7 +170,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "Models",
-        _keys("model client-models shared-model clip-model client-clip-models pretrained precision"),
+        _keys("model client-models clip-model client-clip-models pretrained precision prompt-length"),
         (
             "The CNN methods build `model` from the zoo; `client-models` cycles a list over the clients (client k "
             "gets entry k mod its length; `cnn-1,cnn-2,cnn-3,cnn-4,cnn-5` is pFedLoRA's heterogeneous setting), "
@@ -155,66 +183,15 @@ GROUPS: tuple[Group, ...] = (
     Group(
         "Per-method hyperparameters",
         (),
-        ("Each method reads its own keys and leaves the others' alone; its page says what each one does.",),
-    ),
-    Group(
-        "Prompt methods",
-        _keys("prompt-length prompt-lr-scale"),
         (
-            "The shared prompt's length, for the text- and the visual-prompt methods alike. A text prompt that "
-            "does not fit the model's text context (start, prompt, class name, end) is refused. The visual-prompt "
-            "methods (`local-vpt`, `fedvpt`, `fedvpt-d`, `pep-fedpt`) train their prompts at `prompt-lr-scale` "
-            "times `lr` and their head at `lr`: a prompt's gradient can be a hundredth of the head's.",
+            "Each method declares the keys of its own mechanism beside its math (a `MethodOptions` dataclass "
+            "named by its `MethodSpec`, see [Adding a method](extending.md)), and the sections below are made "
+            "from those declarations. A method reads its own keys and leaves the others' alone: a run that sets "
+            "another method's key away from its default is warned, by name, that it computes as without it. "
+            "In code, a strategy or a client reads its method's keys as `self.options` (`self.options.sdfed_lambda`).",
         ),
-        level=3,
     ),
-    Group(
-        "pFedLoRA",
-        _keys("adapter-kind adapter-hidden adapter-init pfedlora-inference mu"),
-        ("See [pFedLoRA](methods/pfedlora.md).",),
-        level=3,
-    ),
-    Group(
-        "FedProto, FD, FML and FedKD",
-        _keys("proto-weight kd-weight kd-temperature fml-alpha fml-beta"),
-        (
-            "See [FedProto](methods/fedproto.md), [FD](methods/fd.md), [FML](methods/fml.md) and "
-            "[FedKD](methods/fedkd.md); the shared small model of FML and FedKD is `shared-model`.",
-        ),
-        level=3,
-    ),
-    Group(
-        "SDFed",
-        _keys(
-            "local-prompt-lengths sdfed-lambda sdfed-gamma sdfed-alpha sdfed-beta projector-mode sdfed-combination "
-            "sdfed-separation-moves-global"
-        ),
-        (
-            "See [SDFed](methods/sdfed.md). `local-prompt-lengths` is one number, a comma list cycled over "
-            "clients, or a seeded draw `random:A-B`; the paper's `random:4-64` needs a 77-token model such as "
-            "ViT-B-16 (`conf/sdfed-vitb16.yaml`). `projector-mode`, `sdfed-combination` and "
-            "`sdfed-separation-moves-global` choose between readings of the paper (its page says which is which).",
-        ),
-        level=3,
-    ),
-    Group(
-        "PEP-FedPT",
-        _keys("class-prompt-layers class-prompt-length ccmp-temperature pep-mixer prototype-momentum"),
-        (
-            "See [PEP-FedPT](methods/pep-fedpt.md). Its class-prompt layers must lie within the vision tower's "
-            "blocks, from 2; its shared prompt's length is `prompt-length`.",
-        ),
-        level=3,
-    ),
-    Group(
-        "FedD2P",
-        _keys(
-            "warmup-epochs d2p-tau1 d2p-distil-temperature d2p-tau2 d2p-steps d2p-lr d2p-prompt-tokens d2p-template "
-            "d2p-generator"
-        ),
-        ("See [FedD2P](methods/fedd2p.md). An empty `d2p-template` takes the dataset's own template.",),
-        level=3,
-    ),
+    *method_groups(),
     Group(
         "Evaluation protocols",
         _keys("held-out-fraction held-out-draw held-out-domain base-to-novel target-accuracy"),

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedapp.catalog import CATALOG, check_method_options, methods_where, text_prompt_lengths
+from fedapp.catalog import CATALOG, methods_where
 from fedapp.config.aggregation_rules import UPLOAD_RULES
 from fedapp.config.derived import client_clip_model_names, client_model_names, held_out_partitions, parse_local_split
-from fedapp.config.schema import DATASET_CLASSES, RESERVE_BACKBONE, did_you_mean
+from fedapp.config.schema import DATASET_CLASSES, RESERVE_BACKBONE
 from fedapp.errors import ConfigError
 from fedapp.extras import clip_client_requirements, require_all
+from fedapp.options import did_you_mean
 
 if TYPE_CHECKING:
     from fedapp.config.validated import RunConfig
@@ -101,8 +102,8 @@ def _check_vision_tower(config: RunConfig) -> None:
 
 
 def _check_method_options(config: RunConfig) -> None:
-    """The method's own keys, by the parsers that live with it (:func:`fedapp.catalog.check_method_options`)."""
-    check_method_options(config.method, config.values)
+    """The method's own keys, by the checks declared with them (:meth:`fedapp.options.MethodOptions.check`)."""
+    config.options.check(config.values)
 
 
 def _check_held_out(config: RunConfig) -> None:
@@ -119,12 +120,11 @@ def _check_held_out(config: RunConfig) -> None:
 def _check_model(config: RunConfig) -> None:
     from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps config import light
 
-    for key, value in (("model", config.model), ("shared-model", config.shared_model)):
-        if value not in MODEL_NAMES:
-            raise ConfigError(
-                f"config key '{key}' = {value!r} is not one of: {', '.join(MODEL_NAMES)}"
-                f"{did_you_mean(value, MODEL_NAMES)}"
-            )
+    if config.model not in MODEL_NAMES:
+        raise ConfigError(
+            f"config key 'model' = {config.model!r} is not one of: {', '.join(MODEL_NAMES)}"
+            f"{did_you_mean(config.model, MODEL_NAMES)}"
+        )
     for name in client_model_names(config):
         if name not in MODEL_NAMES:
             raise ConfigError(
@@ -198,7 +198,7 @@ def _check_local_prompt_lengths(config: RunConfig) -> None:
     lengths: list[tuple[str, list[int]]] = [
         (f"config key 'prompt-length' = {config.prompt_length!r}", [config.prompt_length])
     ]
-    lengths += text_prompt_lengths(config.method, config.values)  # e.g. SDFed's local prompts
+    lengths += config.options.text_prompt_lengths(config.values)  # e.g. SDFed's local prompts
     models = client_clip_model_names(config)
     try:
         rooms = {model: text_context_length(model) - 3 for model in set(models)}

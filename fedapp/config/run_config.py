@@ -19,9 +19,10 @@ import yaml
 
 from fedapp.config.key_groups import NOT_SETTINGS, STORAGE_KEYS
 from fedapp.config.rules import CROSS_RULES
-from fedapp.config.schema import APP_ROOT, SCHEMA, close_match, defaults
+from fedapp.config.schema import APP_ROOT, SCHEMA, defaults
 from fedapp.config.validated import RunConfig
 from fedapp.errors import ConfigError
+from fedapp.options import close_match
 
 UNCOMPARED = NOT_SETTINGS | STORAGE_KEYS
 """Keys that :func:`same_setting_key` leaves out: two runs differing only in them repeat one setting."""

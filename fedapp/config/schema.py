@@ -1,28 +1,23 @@
 """The run-configuration schema: every key a run accepts, its type, default and allowed range.
 
-:class:`Settings` declares each key once, as a typed dataclass field built with
-:func:`setting`; :data:`SCHEMA` (what :func:`fedapp.config.validate` checks), the
-defaults ``pyproject.toml`` declares (:func:`defaults`) and the configuration
-reference in the docs (:mod:`fedapp.config.reference`) are all derived from it.
-The value sets the keys draw from (datasets, partitions, devices ...) live here too.
+:class:`Settings` declares the keys every run reads, each once, as a typed dataclass field
+built with :func:`~fedapp.options.setting`; each method declares the keys of its own mechanism
+beside its math (:attr:`fedapp.catalog.MethodSpec.options`). :data:`SCHEMA` (what
+:func:`fedapp.config.validate` checks), the defaults ``pyproject.toml`` declares
+(:func:`defaults`) and the configuration reference in the docs (:mod:`fedapp.config.reference`)
+are all derived from the two. The value sets the keys draw from (datasets, partitions,
+devices ...) live here too.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fedapp.aggregation import AGGREGATION_RULES
-from fedapp.catalog import CATALOG_PROBLEMS, METHODS
-from fedapp.errors import ConfigError
+from fedapp.catalog import CATALOG, CATALOG_PROBLEMS, METHODS
+from fedapp.options import Key, Scalar, declared_keys, setting
 
-Scalar = bool | int | float | str
-
-ADAPTER_KINDS = ("matrix", "direct")
 DATASETS = ("digits", "imagefolder", "domains", "cifar10", "cifar100", "hf")
 PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "domain")
 # fedapp.data.partitioners.CLASS_ASSIGNMENTS (the config must not import numpy); a test keeps them equal.
@@ -42,100 +37,22 @@ RESERVE_BACKBONE = "reserve"
 APP_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-@dataclass(frozen=True)
-class Key:
-    """One run-config key: its type, default, and what values it accepts."""
-
-    type: type
-    default: Scalar
-    help: str
-    choices: tuple[str, ...] | None = None
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    unavailable: Mapping[str, str] | None = None  # value -> why it is not a choice (a broken plug-in)
-
-    def check(self, name: str, value: Any) -> Scalar:
-        """Return ``value`` coerced to this key's type, or raise ConfigError."""
-        value = _coerce(name, value, self.type)
-        if self.unavailable and value in self.unavailable:
-            raise ConfigError(f"config key '{name}' = {value!r} cannot run: {self.unavailable[value]}")
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(
-                f"config key '{name}' = {value!r} is not one of: {', '.join(self.choices)}"
-                f"{did_you_mean(str(value), self.choices)}"
-            )
-        if self.type in (int, float):
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"config key '{name}' = {value!r} must be a finite number")
-            if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-                bound = f"> {self.low}" if self.low_open else f">= {self.low}"
-                raise ConfigError(f"config key '{name}' = {value!r} must be {bound}")
-            if self.high is not None and value > self.high:
-                raise ConfigError(f"config key '{name}' = {value!r} must be <= {self.high}")
-        return value
-
-
-def close_match(word: str, candidates: Iterable[str]) -> str | None:
-    """The one of ``candidates`` that ``word`` most likely misspells, or None.
-
-    Case is ignored (``FedAvg`` finds ``fedavg``). The similarity cutoff is 0.75, above difflib's
-    0.6: a distinct name that merely shares letters (``fedsgd`` and ``fedkd``) is no typo.
-    """
-    by_folded = {candidate.casefold(): candidate for candidate in candidates}
-    found = difflib.get_close_matches(word.casefold(), by_folded, n=1, cutoff=0.75)
-    return by_folded[found[0]] if found else None
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """``": did you mean 'x'?"`` to end an error about ``word`` when ``x`` is a close match, else ``""``."""
-    match = close_match(word, candidates)
-    return f": did you mean '{match}'?" if match is not None else ""
-
-
-def _coerce(name: str, value: Any, kind: type) -> Scalar:
-    # bool is a subclass of int: refuse it for numeric keys explicitly.
-    is_bool = isinstance(value, bool)
-    if kind is bool and is_bool:
-        return value
-    if kind is int and isinstance(value, int) and not is_bool:
-        return value
-    if kind is float and isinstance(value, int | float) and not is_bool:
-        return float(value)
-    if kind is str and isinstance(value, str):
-        return value
-    raise ConfigError(f"config key '{name}' = {value!r} has type {type(value).__name__}, expected {kind.__name__}")
-
-
-_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str}
-
-
-def setting(
-    default: Scalar,
-    help: str,
-    *,
-    choices: tuple[str, ...] | None = None,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    unavailable: Mapping[str, str] | None = None,
-) -> Any:
-    """One run-config key as a :class:`Settings` field: its default, help and allowed range."""
-    metadata = {"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open}
-    return field(default=default, metadata={**metadata, "unavailable": unavailable})
+# Why a method cannot run, by its name: the catalog's problems, and a method whose own keys
+# would take the name of a key every run reads (filled in below, once Settings is made).
+METHOD_PROBLEMS: dict[str, str] = dict(CATALOG_PROBLEMS)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every run-config key as a typed attribute: the single source of the schema.
+    """Every key every run reads, as a typed attribute (a method's own keys are its options').
 
     A key ``num-rounds`` is the attribute ``num_rounds``. :data:`SCHEMA` (validation),
     the defaults ``pyproject.toml`` declares and the configuration reference in the
-    docs are all derived from these fields (tests keep them in step).
+    docs are derived from these fields and the methods' options (tests keep them in step).
     """
 
     preset: str = setting("", "YAML file of key: value pairs layered under explicit overrides")
-    method: str = setting("fedavg", "federated method", choices=METHODS, unavailable=CATALOG_PROBLEMS)
+    method: str = setting("fedavg", "federated method", choices=METHODS, unavailable=METHOD_PROBLEMS)
     dataset: str = setting("digits", "data source", choices=DATASETS)
     data_dir: str = setting("", "folder or .tar.gz (imagefolder) or download root (cifar)")
     test_data_dir: str = setting("", "external test split; each client draws its test set from it")
@@ -192,27 +109,6 @@ class Settings:
     seed: int = setting(0, "seed of partitioning, sampling, initialisation and data order", low=0)
     model: str = setting("cnn-1", "model name from the zoo")
     client_models: str = setting("", "comma list of zoo models cycled over clients (client k: entry k mod len)")
-    shared_model: str = setting("cnn-5", "the small shared model of FML and FedKD")
-    adapter_kind: str = setting(
-        "matrix", "pFedLoRA adapter: matrix decomposition or direct reduction", choices=ADAPTER_KINDS
-    )
-    adapter_hidden: int = setting(40, "pFedLoRA adapter hidden width", low=1)
-    adapter_init: str = setting(
-        "default",
-        "pFedLoRA adapter start: torch's default, or lora (Gaussian down, zero up)",
-        choices=("default", "lora"),
-    )
-    pfedlora_inference: str = setting(
-        "head",
-        "pFedLoRA prediction (the paper is silent): the model's head, the adapter, or both combined",
-        choices=("head", "adapter", "combined"),
-    )
-    mu: float = setting(0.5, "pFedLoRA weight of the adapter branch in step 1", low=0.0, high=1.0)
-    proto_weight: float = setting(1.0, "FedProto weight of the prototype regulariser", low=0.0)
-    kd_weight: float = setting(1.0, "FD weight of the distillation term", low=0.0)
-    kd_temperature: float = setting(1.0, "softmax temperature of distillation terms", low=0.0, low_open=True)
-    fml_alpha: float = setting(0.5, "FML weight of the local model's own CE (1 - alpha on KL)", low=0.0, high=1.0)
-    fml_beta: float = setting(0.5, "FML weight of the shared model's own CE (1 - beta on KL)", low=0.0, high=1.0)
     pretrained: str = setting(
         "", 'open_clip pretrained tag, local checkpoint path, or "reserve" (made from reserve-pretrain on first use)'
     )
@@ -221,56 +117,6 @@ class Settings:
     precision: str = setting("fp32", "precision of the frozen encoders", choices=("fp32", "fp16", "bf16"))
     shots_per_class: int = setting(0, "training samples per class on each client (0 = all)", low=0)
     prompt_length: int = setting(8, "length of the shared (global) text prompt", low=1)
-    local_prompt_lengths: str = setting("random:4-16", "SDFed local prompt lengths: 16, a list 4,8,16, or random:4-64")
-    sdfed_lambda: float = setting(0.6, "SDFed share of the global prompt's directions removed", low=0.0, high=1.0)
-    sdfed_gamma: float = setting(0.8, "SDFed divergence margin", low=0.0)
-    sdfed_alpha: float = setting(1.0, "SDFed weight of information retention L_str", low=0.0)
-    sdfed_beta: float = setting(1.0, "SDFed weight of divergence control L_sep", low=0.0)
-    projector_mode: str = setting(
-        "dim",
-        "SDFed projector: the paper's floor(lambda * token width) directions (dim) or floor(lambda * rank(G_s)) (rank)",
-        choices=("dim", "rank"),
-    )
-    sdfed_combination: str = setting(
-        "sequence",
-        "SDFed: average the cosines of [G_s][class] and [refined G_c][class] (average) or encode one "
-        "sequence [G_s][refined G_c][class] (sequence)",
-        choices=("average", "sequence"),
-    )
-    sdfed_separation_moves_global: bool = setting(
-        True, "SDFed: L_sep's gradient reaches the global prompt too (true, the loss as written) or only G_c"
-    )
-    prompt_lr_scale: float = setting(
-        1.0,
-        "visual-prompt methods: the prompts' learning rate is lr times this (the head's is lr)",
-        low=0.0,
-        low_open=True,
-    )
-    class_prompt_layers: str = setting("5,6,7", "PEP-FedPT layers (from 1) with class-specific prompts, e.g. 5,6,7")
-    class_prompt_length: int = setting(4, "PEP-FedPT tokens per class-specific prompt", low=1)
-    ccmp_temperature: float = setting(0.1, "PEP-FedPT temperature tau of the prompt mixing", low=0.0, low_open=True)
-    pep_mixer: str = setting(
-        "ccmp",
-        "PEP-FedPT mixing: the paper's per-sample mix (ccmp) or each sample's own label's prompt (oracle, an "
-        "ablation that reads the labels in training and evaluation)",
-        choices=("ccmp", "oracle"),
-    )
-    prototype_momentum: float = setting(
-        0.5, "PEP-FedPT momentum beta of the server's class prototypes", low=0.0, high=1.0
-    )
-    warmup_epochs: int = setting(
-        0, "FedD2P S0: CE-only local epochs of a client's first round (0 = local-epochs)", low=0
-    )
-    d2p_tau1: float = setting(10.0, "FedD2P temperature of the clients' soft labels", low=0.0, low_open=True)
-    d2p_distil_temperature: float = setting(
-        0.0, "FedD2P S3: temperature of the clients' distillation term (0 = d2p-tau1, the paper's Eq. 3)", low=0.0
-    )
-    d2p_tau2: float = setting(0.1, "FedD2P temperature of the server's class distributions", low=0.0, low_open=True)
-    d2p_steps: int = setting(100, "FedD2P generator training steps per round", low=1)
-    d2p_lr: float = setting(0.001, "FedD2P generator learning rate (Adam)", low=0.0, low_open=True)
-    d2p_prompt_tokens: int = setting(4, "FedD2P visual prompt tokens per class", low=1)
-    d2p_template: str = setting("", "FedD2P class description: photo, digit, texture, satellite or text with {c}")
-    d2p_generator: str = setting("attention", "FedD2P prompt generator", choices=("attention", "mlp"))
     held_out_fraction: float = setting(
         0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
     )
@@ -345,10 +191,30 @@ class Settings:
     )
 
 
-SCHEMA: dict[str, Key] = {
-    spec.name.replace("_", "-"): Key(_TYPES[str(spec.type)], spec.default, **spec.metadata) for spec in fields(Settings)
-}
-"""Every key a run accepts, by its config name (``num-rounds``), derived from :class:`Settings`."""
+COMMON_KEYS: dict[str, Key] = declared_keys(Settings)
+"""The keys every run reads, by config name (``num-rounds``), in :class:`Settings`' order."""
+
+
+def _method_keys() -> dict[str, Key]:
+    """Every method's own keys, in catalog order, each as its first method declares it (the catalog
+    has checked that every other declaration agrees on its type, default and range)."""
+    keys: dict[str, Key] = {}
+    for name, spec in CATALOG.items():
+        declared = spec.options.config_keys()
+        taken = [key for key in declared if key in COMMON_KEYS]
+        if taken:
+            METHOD_PROBLEMS[name] = f"method {name!r} declares key {taken[0]!r}, which every run reads already"
+            continue
+        for key, declaration in declared.items():
+            keys.setdefault(key, declaration)
+    return keys
+
+
+METHOD_KEYS: dict[str, Key] = _method_keys()
+"""The keys of the methods' own mechanisms (:attr:`fedapp.catalog.MethodSpec.options`), by config name."""
+
+SCHEMA: dict[str, Key] = {**COMMON_KEYS, **METHOD_KEYS}
+"""Every key a run accepts, by its config name (``num-rounds``): the common keys, then the methods'."""
 
 
 def defaults() -> dict[str, Scalar]:

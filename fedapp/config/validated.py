@@ -10,35 +10,50 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from fedapp.catalog import CATALOG
 from fedapp.config.key_groups import NOT_SETTINGS
-from fedapp.config.schema import SCHEMA, Scalar, Settings
+from fedapp.config.schema import COMMON_KEYS, METHOD_KEYS, SCHEMA, Scalar, Settings
+from fedapp.options import MethodOptions
 
 
 @dataclass(frozen=True)
 class RunConfig(Settings):
-    """A validated run configuration: every key a typed attribute (``config.num_rounds``).
+    """A validated run configuration: every common key a typed attribute (``config.num_rounds``), the
+    configured method's own keys as :attr:`options` (``config.options.sdfed_lambda``).
 
-    ``config["num-rounds"]`` still reads a key by its config name, for code that
+    ``config["num-rounds"]`` reads any key by its config name, a method's too, for code that
     holds key names as data (reports, sweeps, user plug-ins).
     """
 
+    method_values: tuple[tuple[str, Scalar], ...] = field(default=(), repr=False)
+    """Every method's own keys (:data:`~fedapp.config.schema.METHOD_KEYS`) as ``(config name, value)``."""
+
     @classmethod
     def from_values(cls, values: Mapping[str, Scalar]) -> RunConfig:
-        """The configuration of already-checked ``values`` (every schema key, by config name)."""
-        return cls(**{name.replace("-", "_"): value for name, value in values.items()})
+        """The configuration of already-checked ``values`` (by config name; a key left out takes its default)."""
+        common = {name.replace("-", "_"): value for name, value in values.items() if name in COMMON_KEYS}
+        own = tuple((name, values.get(name, key.default)) for name, key in METHOD_KEYS.items())
+        return cls(**common, method_values=own)
 
     @property
     def values(self) -> dict[str, Scalar]:
         """Every key by its config name (``num-rounds``), in schema order."""
-        return {name: getattr(self, name.replace("-", "_")) for name in SCHEMA}
+        return {name: self[name] for name in SCHEMA}
+
+    @property
+    def options(self) -> MethodOptions:
+        """The configured method's own keys (:attr:`fedapp.catalog.MethodSpec.options`), typed."""
+        return CATALOG[self.method].options.from_values(self.values)
 
     def __getitem__(self, key: str) -> Scalar:
-        if key not in SCHEMA:
-            raise KeyError(key)
-        return getattr(self, key.replace("-", "_"))
+        if key in COMMON_KEYS:
+            return getattr(self, key.replace("-", "_"))
+        if key in METHOD_KEYS:
+            return dict(self.method_values).get(key, METHOD_KEYS[key].default)
+        raise KeyError(key)
 
     def get(self, key: str, default: Scalar | None = None) -> Scalar | None:
         return self[key] if key in SCHEMA else default

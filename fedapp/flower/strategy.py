@@ -47,6 +47,7 @@ from fedapp.flower.sampling import ClientSampler
 from fedapp.metrics import RoundRecord, RunRecorder, payload_bytes
 from fedapp.models import build_model
 from fedapp.models.export import export_global_model
+from fedapp.options import MethodOptions
 from fedapp.params import decode_parameters
 from fedapp.registry import strategy_class
 from fedapp.runfolder import check_writable_folders
@@ -86,6 +87,7 @@ class FedAppStrategy(Strategy):
         ServerApp of your own should use).
     """
 
+    options: MethodOptions  # the configured method's own keys
     #: Whether the method keeps one global model whose accuracy is meaningful.
     has_global_model: bool = True
     #: Set by :func:`fedapp.flower.secure_aggregation.run_secagg`: each fit reply carries the unmasked aggregate.
@@ -101,6 +103,7 @@ class FedAppStrategy(Strategy):
     ) -> None:
         super().__init__()
         self.config = config
+        self.options = config.options
         self.num_classes = num_classes
         self.class_names = tuple(class_names) if class_names is not None else tuple(map(str, range(num_classes)))
         if len(self.class_names) != num_classes:

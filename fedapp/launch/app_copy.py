@@ -8,15 +8,22 @@ walking them took 4 s of every launch on a 2-core machine, for a 1.4 MB FAB. The
 launcher hands ``flwr run`` a copy of just the files Flower would pack, found by a
 walk that does not enter ignored folders; Flower then packs the same FAB from it
 (tests/unit/test_launch.py compares the two byte for byte).
+
+Flower accepts a ``--run-config`` key only if the app's ``pyproject.toml`` declares it, and ours
+declares the keys of fedapp's own methods; the copy's table also gets the keys that the methods
+of installed plug-in packages declare (:func:`declare_plugin_keys`), so that ``python -m
+fedapp.launch --run-config`` sets those as it sets ours.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pathspec
+import tomllib
 from flwr.supercore.constant import APP_PUBLISH_INCLUDE_PATTERNS
 
 # Folders no app file lives in (Flower leaves out .venv and .flwr itself; .git holds no sources).
@@ -54,3 +61,20 @@ def copy_app(app_dir: Path, into: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(app_dir / relative, target)
     return into
+
+
+CONFIG_TABLE = "[tool.flwr.app.config]"
+
+
+def declare_plugin_keys(pyproject: Path, defaults: Mapping[str, str]) -> list[str]:
+    """Add to ``pyproject``'s ``[tool.flwr.app.config]`` table each key of ``defaults`` (a key's TOML
+    value, by config name) that it does not declare, right under the table's header; return them."""
+    text = pyproject.read_text(encoding="utf-8")
+    declared = tomllib.loads(text).get("tool", {}).get("flwr", {}).get("app", {}).get("config", {})
+    missing = [key for key in defaults if key not in declared]
+    lines = text.splitlines(keepends=True)
+    if missing:
+        header = next(index for index, line in enumerate(lines) if line.strip() == CONFIG_TABLE)
+        lines[header + 1 : header + 1] = [f"{key} = {defaults[key]}\n" for key in missing]
+        pyproject.write_text("".join(lines), encoding="utf-8")
+    return missing

@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from fedapp.config import APP_ROOT
+from fedapp.config import APP_ROOT, defaults
 from fedapp.errors import FedAppError
-from fedapp.launch.app_copy import copy_app
+from fedapp.launch.app_copy import copy_app, declare_plugin_keys
 from fedapp.launch.processes import free_port, sigterm_raises_system_exit, stop_processes, superlink_pids
 from fedapp.launch.sentinel import stand_down, start_sentinel
 from fedapp.launch.settings import PreparedRun, federation_overrides, toml_value
@@ -113,6 +113,7 @@ def submit(
     flwr = Path(sys.executable).parent / "flwr"
     # The app's files alone, in the Flower home: flwr run packs the same FAB without walking a .venv.
     app_copy = copy_app(app_dir, Path(env["FLWR_HOME"]) / "fedapp-app")
+    declare_plugin_keys(app_copy / "pyproject.toml", {key: toml_value(value) for key, value in defaults().items()})
     command = [str(flwr) if flwr.exists() else "flwr", "run", str(app_copy), "local", "--stream"]
     command += ["--federation-config", federation_overrides(prepared.num_clients, cpus_per_client, gpus_per_client)]
     if run_config:

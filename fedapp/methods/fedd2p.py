@@ -20,8 +20,8 @@ This module imports no open_clip: a client that imports it stays light.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from fedapp.data.tensors import iterate_batches
 from fedapp.errors import ConfigError
+from fedapp.methods.fedd2p_options import TEMPLATES
 from fedapp.methods.per_class import class_distillation_loss
 from fedapp.models.text_prompt import class_phrase
 from fedapp.training import LossFn, TensorData
@@ -37,26 +38,7 @@ from fedapp.training import LossFn, TensorData
 if TYPE_CHECKING:
     from fedapp.models.clip import LoadedClip
 
-# FedD2P's class-description templates (the paper's four), by name.
-TEMPLATES = {
-    "photo": "a photo of a {c}",
-    "digit": "a photo of digit {c}",
-    "texture": "{c} texture",
-    "satellite": "a centered satellite photo of {c}",
-}
-
 DATASET_TEMPLATES = {"digits": "digit"}
-
-
-def check_fedd2p_options(values: Mapping[str, Any]) -> None:
-    """FedD2P's own key, from a run configuration's values (the method catalog runs this):
-    ``d2p-template`` is one of :data:`TEMPLATES` or a template containing ``{c}``."""
-    template = values["d2p-template"]
-    if template and template not in TEMPLATES and "{c}" not in template:
-        raise ConfigError(
-            f"config key 'd2p-template' = {template!r} is neither one of {', '.join(TEMPLATES)} "
-            "nor a template containing {c}"
-        )
 
 
 GENERATORS = ("attention", "mlp")

@@ -10,14 +10,12 @@ Nothing here imports Flower.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
 from fedapp.errors import ConfigError
 
-__all__ = ["parse_local_lengths", "sample_local_lengths", "sdfed_text_prompt_lengths"]
+__all__ = ["parse_local_lengths", "sample_local_lengths"]
 
 
 def sample_local_lengths(num_clients: int, seed: int, low: int = 4, high: int = 64) -> list[int]:
@@ -98,22 +96,3 @@ def parse_local_lengths(spec: str | int, num_clients: int, seed: int) -> list[in
     if min(lengths) < 1:
         raise ConfigError(f"local prompt lengths {spec!r}: every length must be at least 1")
     return [lengths[i % len(lengths)] for i in range(num_clients)]
-
-
-def sdfed_text_prompt_lengths(values: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
-    """The local prompt each SDFed client reads, from a run configuration's values, as ``(what,
-    length per client)`` for the configuration's text-context check (the method catalog's hook).
-
-    With ``sdfed-combination = "sequence"`` one sequence holds the global prompt and the
-    local one, so each length is the two added.
-    """
-    spec = values["local-prompt-lengths"]
-    drawn = parse_local_lengths(spec, values["num-partitions"], values["seed"])
-    what = f"config key 'local-prompt-lengths' = {spec!r}"
-    if values["sdfed-combination"] == "sequence":
-        drawn = [values["prompt-length"] + length for length in drawn]
-        what = (
-            f"config keys 'prompt-length' = {values['prompt-length']!r} and 'local-prompt-lengths' = {spec!r} "
-            "with sdfed-combination = 'sequence'"
-        )
-    return [(what, drawn)]

@@ -48,19 +48,6 @@ def build_visual_prompts(values: Mapping[str, Any], num_classes: int) -> VisualP
     )
 
 
-def check_pep_fedpt_options(values: Mapping[str, Any]) -> None:
-    """PEP-FedPT's own key, from a run configuration's values (the method catalog runs this, after
-    the configuration's check of the tower): ``class-prompt-layers`` names blocks 2.. of the tower."""
-    layers = parse_class_layers(values["class-prompt-layers"])
-    shape = vision_tower_shape(values["clip-model"])
-    bad = [layer for layer in layers if not 2 <= layer <= shape.layers]
-    if bad:
-        raise ConfigError(
-            f"config key 'class-prompt-layers' = {values['class-prompt-layers']!r}: layers {bad} are outside "
-            f"2..{shape.layers} (the blocks of {values['clip-model']}; layer 1 has no image-dependent CLS to mix on)"
-        )
-
-
 def parse_class_layers(text: str) -> tuple[int, ...]:
     """``"5,6,7"`` → ``(5, 6, 7)``; a ConfigError names a bad entry."""
     layers = []

@@ -49,6 +49,15 @@ def test_installed_beside_fedapp_it_runs_in_the_launcher_and_the_sweep_plans_it(
     results = tmp_path / "results"
     run_config = f'num-rounds=2 num-partitions=2 local-epochs=1 results-dir="{results}"'
     preset = str(source / "conf" / "fedper-digits.yaml")
+    # The plug-in's own key, refused in one line before anything starts when it cannot run ...
+    refused = subprocess.run(
+        [sys.executable, "-m", "fedapp.launch", "--preset", preset, "--run-config", "fedper-personal-layers=5"],
+        cwd=user, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and not results.exists()
+    assert "config key 'fedper-personal-layers' = 5 leaves no layer of 'cnn-1' to share" in refused.stderr
+    # ... and set like any of fedapp's keys (Flower refuses a key the app's pyproject.toml does not declare).
+    run_config += " fedper-personal-layers=2"
     launch = subprocess.run(
         [sys.executable, "-m", "fedapp.launch", "--preset", preset, "--num-clients", "2", "--run-config", run_config],
         cwd=user, env=env, capture_output=True, text=True, timeout=600, check=False,
@@ -57,7 +66,8 @@ def test_installed_beside_fedapp_it_runs_in_the_launcher_and_the_sweep_plans_it(
     (run_dir,) = results.iterdir()
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["clients_fit"] for r in records] == [2, 2]
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["method"] == "fedper"
+    written = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert (written["method"], written["fedper-personal-layers"]) == ("fedper", 2)
     plan = subprocess.run(
         [sys.executable, "-m", "fedapp.sweep", "--preset", preset, "--methods", "fedper,fedavg", "--seeds", "0,1",
          "--results-dir", str(tmp_path / "sweep"), "--dry-run"],

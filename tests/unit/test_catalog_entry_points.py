@@ -13,8 +13,8 @@ from fedapp import catalog
 from fedapp.builtin_methods import BUILTIN, FEDAVG
 from fedapp.catalog import CATALOG, CATALOG_PROBLEMS, ENTRY_POINT_GROUP, MethodSpec
 from fedapp.config import resolve_run_config
-from fedapp.config.schema import Key
 from fedapp.errors import ConfigError
+from fedapp.options import Key
 from tests.paths import ROOT
 
 PLUGIN = MethodSpec("zz-mine", "my_pkg.server:S", "my_pkg.client:C", "a user's method", "cnn", "parameters")

@@ -8,7 +8,17 @@ import pytest
 import tomllib
 
 from fedapp.catalog import CATALOG
-from fedapp.config import APP_ROOT, SCHEMA, defaults, find_preset, resolve_run_config, settings_digest, validate
+from fedapp.config import (
+    APP_ROOT,
+    SCHEMA,
+    RunConfig,
+    defaults,
+    find_preset,
+    resolve_run_config,
+    settings_digest,
+    validate,
+)
+from fedapp.config.schema import COMMON_KEYS
 from fedapp.errors import ConfigError
 from fedapp.registry import client_class, strategy_class
 from tests.paths import ROOT
@@ -181,12 +191,18 @@ def test_prompt_length_rule_reads_each_models_context_once(monkeypatch):
     assert asked == ["fedapp-tiny-clip"]  # not once per client
 
 
-def test_every_key_is_a_typed_attribute_of_the_run_config():
+def test_every_key_is_a_typed_attribute_of_the_run_config_or_of_its_method_s_options():
     config = resolve_run_config({"num-rounds": 4, "lr": 1, "model": "cnn-2"})
-    for key, spec in SCHEMA.items():
+    for key, spec in COMMON_KEYS.items():
         value = getattr(config, key.replace("-", "_"))
         assert type(value) is spec.type, key
         assert config[key] == value
+    for method, spec in CATALOG.items():
+        options = RunConfig.from_values({**defaults(), "method": method}).options
+        assert type(options) is spec.options
+        for key in spec.keys:
+            assert type(getattr(options, key.replace("-", "_"))) is SCHEMA[key].type, (method, key)
+            assert config[key] == getattr(options, key.replace("-", "_"))  # every method's key, by name
     assert (config.num_rounds, config.lr, config.model) == (4, 1.0, "cnn-2")
     with pytest.raises(KeyError):
         config["num_rounds"]  # config names are hyphenated; attributes underscored

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from fedapp.config import SCHEMA, defaults, resolve_run_config, validate
-from fedapp.config.schema import close_match, did_you_mean
 from fedapp.errors import ConfigError
+from fedapp.options import close_match, did_you_mean
 from fedapp.registry import method_spec
 
 

@@ -287,7 +287,9 @@ def test_pep_fedpt_mixer_module_computes_what_the_closure_did_and_exports_the_pr
     prior = class_prior(client.data.label_counts())
     assert torch.equal(model.state_dict()["mixer.prior"], prior)
     closure = PromptedViT(
-        load_open_clip(TINY_VIT), model.prompts, ccmp_mixer(arrays[-2], arrays[-1], prior, config.ccmp_temperature, 3)
+        load_open_clip(TINY_VIT),
+        model.prompts,
+        ccmp_mixer(arrays[-2], arrays[-1], prior, config.options.ccmp_temperature, 3),
     )
     images = torch.randn(3, 3, 32, 32)
     with torch.no_grad():

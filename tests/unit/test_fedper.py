@@ -14,6 +14,7 @@ import torch
 from fedapp.catalog import CATALOG
 from fedapp.clientdata import load_client_data
 from fedapp.config import resolve_run_config
+from fedapp.errors import ConfigError
 from fedapp.flower.strategy import ClientUpdate
 from fedapp.models import build_model
 from fedapp.params import get_arrays, set_arrays
@@ -29,6 +30,7 @@ try:
     from fedapp_fedper import FEDPER
     from fedapp_fedper.base_layers import BaseLayers
     from fedapp_fedper.client import FedPerClient
+    from fedapp_fedper.options import FedPerOptions
     from fedapp_fedper.strategy import FedPerStrategy
 finally:
     sys.path.remove(str(EXAMPLE))
@@ -40,9 +42,17 @@ def make_config(**extra):
     return resolve_run_config(values)
 
 
-def make_client(config, partition_id: int, store: MemoryStateStore) -> FedPerClient:
+def make_client(config, partition_id: int, store: MemoryStateStore, personal_layers: int = 1) -> FedPerClient:
     data = load_client_data(config, partition_id, config.num_partitions)
-    return FedPerClient(config, data, store, torch.device("cpu"))
+    client = FedPerClient(config, data, store, torch.device("cpu"))
+    client.options = FedPerOptions(personal_layers)  # what an installed fedper's config would hold
+    return client
+
+
+def make_strategy(config, personal_layers: int = 1) -> FedPerStrategy:
+    strategy = FedPerStrategy(config, 10)
+    strategy.options = FedPerOptions(personal_layers)
+    return strategy
 
 
 def test_base_layers_are_a_view_of_everything_but_the_head():
@@ -55,13 +65,29 @@ def test_base_layers_are_a_view_of_everything_but_the_head():
     set_arrays(base, zeros)  # loading into the view changes the model's own tensors
     assert all(torch.count_nonzero(p) == 0 for name, p in model.named_parameters() if not name.startswith("head."))
     assert torch.count_nonzero(model.head.weight) > 0
-    with pytest.raises(ValueError, match="no 'head'"):
+    with pytest.raises(ValueError, match=r"has 1 layers with weights: keep 1\.\.0 personal, not 1"):
         BaseLayers(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_more_personal_layers_keep_the_model_s_last_layers_with_weights_out_of_the_base():
+    model = build_model("cnn-1", num_classes=10)  # conv1, conv2, pool (no weights), fc1, fc2, head
+    assert {name.split(".")[0] for name in BaseLayers(model, 2).state_dict()} == {"conv1", "conv2", "fc1"}
+    assert {name.split(".")[0] for name in BaseLayers(model, 4).state_dict()} == {"conv1"}
+    with pytest.raises(ValueError, match=r"keep 1\.\.4 personal, not 5"):
+        BaseLayers(model, 5)
+    config = make_config()
+    assert [a.shape for a in make_strategy(config, 2).initial_arrays()] == [
+        a.shape for a in get_arrays(BaseLayers(model, 2))
+    ]
+    FedPerOptions(4).check(config.values)
+    with pytest.raises(ConfigError, match="'fedper-personal-layers' = 5 leaves no layer of 'cnn-1' to share"):
+        FedPerOptions(5).check(config.values)
+    assert FEDPER.options is FedPerOptions and FEDPER.keys == ("fedper-personal-layers",)
 
 
 def test_a_client_uploads_its_base_layers_and_keeps_its_trained_head():
     config = make_config()
-    base = FedPerStrategy(config, 10).initial_arrays()
+    base = make_strategy(config).initial_arrays()
     store = MemoryStateStore({})
     client = make_client(config, 0, store)
     arrays, num_examples, metrics = client.fit(base, {"server-round": 1})
@@ -77,7 +103,7 @@ def test_a_client_uploads_its_base_layers_and_keeps_its_trained_head():
 
 def test_the_strategy_averages_base_layers_by_examples():
     config = make_config()
-    strategy = FedPerStrategy(config, 10)
+    strategy = make_strategy(config)
     base = strategy.initial_arrays()
     updates = [
         ClientUpdate("a", [np.full_like(a, 1.0) for a in base], 30, {}, 0),

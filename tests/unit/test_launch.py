@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from fedapp.errors import ConfigError, FedAppError
 from fedapp.launch import expand_preset, federation_overrides, parse_overrides, prepare_run, run
@@ -115,3 +116,18 @@ def test_flwr_run_gets_a_copy_of_the_app_that_packs_to_the_same_fab(tmp_path, mo
         federation.submit(prepared, {"FLWR_HOME": str(home)})
     assert seen["app"] == home / "fedapp-app" and seen["files"] == files
     assert not seen["app"].exists()
+
+
+def test_the_app_copy_declares_the_keys_of_plugin_methods_that_flower_would_refuse(tmp_path):
+    """Flower refuses a --run-config key its app's pyproject.toml does not declare: the launcher's copy
+    of the app declares a plug-in method's keys under ours (issue 64), and leaves ours as they are."""
+    from fedapp.launch.app_copy import declare_plugin_keys  # noqa: PLC0415
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "app"\n\n[tool.flwr.app.config]\nlr = 0.05\n\n[tool.other]\nx = 1\n')
+    added = declare_plugin_keys(pyproject, {"lr": "0.1", "myplugin-depth": "1", "tag": '"a b"'})
+    assert added == ["myplugin-depth", "tag"]
+    parsed = tomllib.loads(pyproject.read_text())
+    assert parsed["tool"]["flwr"]["app"]["config"] == {"lr": 0.05, "myplugin-depth": 1, "tag": "a b"}
+    assert parsed["tool"]["other"] == {"x": 1}
+    assert declare_plugin_keys(pyproject, {"lr": "0.1", "tag": '"c"'}) == []

@@ -26,15 +26,13 @@ def _load(path: str):
 
 def source_of(method: str) -> str:
     """The source of the method's strategy and client classes and of every class of ours they
-    inherit from, its option check, and its math module under fedapp/methods (by its name or its
-    family's: pep-fedpt's class prompts are built in visual_prompts.py)."""
+    inherit from, and of its options class (whose checks read its keys)."""
     spec = CATALOG[method]
     parts = []
     for path in (spec.strategy, spec.client):
         ours = [c for c in _load(path).__mro__ if c.__module__.split(".")[0] in ("strategies", "clients", "fedapp")]
         parts += [inspect.getsource(c) for c in ours]
-    if spec.options_check:
-        parts.append(inspect.getsource(importlib.import_module(spec.options_check.split(":")[0])))
+    parts += [inspect.getsource(c) for c in spec.options.__mro__ if c.__module__.startswith("fedapp.methods")]
     return "\n".join(parts)
 
 

@@ -197,7 +197,7 @@ def test_local_lengths_stay_importable_from_sdfed_and_need_no_torch() -> None:
     tree = ast.parse(Path(local_prompt_lengths.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert imported == {"__future__", "collections.abc", "re", "typing", "numpy", "fedapp.errors"}
+    assert imported == {"__future__", "re", "numpy", "fedapp.errors"}
 
 
 def test_round_classifier_refuses_a_local_prompt_that_is_not_finite(
@@ -242,7 +242,7 @@ def test_the_default_projector_is_the_papers_floor_lambda_m_over_the_token_width
     the round's classifier all default to it; the old default (the rank) removed 4 directions."""
     from fedapp.config import RunConfig  # noqa: PLC0415
 
-    assert RunConfig().projector_mode == "dim"
+    assert RunConfig.from_values({"method": "sdfed"}).options.projector_mode == "dim"
     global_ctx = PromptContext(8, width, generator=40)
     model = round_classifier(encoder, global_ctx, PromptContext(6, width, generator=41), SDFedWeights(), 1.0)
     torch.testing.assert_close(torch.trace(model.projector), torch.tensor(float(width - int(0.6 * width))))
@@ -254,7 +254,7 @@ def test_the_sequence_combination_is_the_default_everywhere() -> None:
     every seed under pathological skew, so the run config, the weights and the classifier default to it."""
     from fedapp.config import RunConfig  # noqa: PLC0415
 
-    assert RunConfig().sdfed_combination == "sequence"
+    assert RunConfig.from_values({"method": "sdfed"}).options.sdfed_combination == "sequence"
     assert SDFedWeights().combination == "sequence"
     for function in (sdfed_class_logits, SDFedClassifier.__init__):
         assert inspect.signature(function).parameters["combination"].default == "sequence"

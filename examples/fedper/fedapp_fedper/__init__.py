@@ -7,6 +7,7 @@ catalog reads it in every process): the strategy and client are imported only wh
 """
 
 from fedapp.catalog import MethodSpec
+from fedapp_fedper.options import FedPerOptions
 
 __all__ = ["FEDPER"]
 
@@ -19,4 +20,5 @@ FEDPER = MethodSpec(
     "parameters",
     new_client_note="only the base layers are shared; a new client's head is untrained",
     personal_state=True,
+    options=FedPerOptions,
 )

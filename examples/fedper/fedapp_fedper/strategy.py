@@ -6,12 +6,14 @@ from torch import nn
 
 from fedapp.strategies.shared_module import SharedModuleStrategy
 from fedapp_fedper.base_layers import BaseLayers
+from fedapp_fedper.options import FedPerOptions
 
 
 class FedPerStrategy(SharedModuleStrategy):
     """Federated base layers, personal heads (Arivazhagan et al., 2019)."""
 
-    has_global_model = False  # a client predicts through its own head
+    options: FedPerOptions
+    has_global_model = False  # a client predicts through its own personal layers
 
     def build_shared_module(self) -> nn.Module:
-        return BaseLayers(self.zoo_model(self.config.model))
+        return BaseLayers(self.zoo_model(self.config.model), self.options.fedper_personal_layers)
