@@ -18,7 +18,6 @@ import logging
 import time
 from pathlib import Path
 
-from fedapp.config.schema import RESERVE_BACKBONE
 from fedapp.data.arrays import ArrayDataset
 from fedapp.errors import ModelError
 from fedapp.pretrain import PretrainResult, PretrainSettings, cache_key_of, default_checkpoint, pretrain_clip
@@ -56,8 +55,8 @@ def reserve_backbone(
     """
     if reserve_pretrain <= 0 or reserve_test <= 0:
         raise ModelError(
-            f'pretrained = "{RESERVE_BACKBONE}" pretrains on the reserve-pretrain share of the data and scores on the '
-            "reserve-test share: set both (e.g. reserve-pretrain=0.3 reserve-test=0.1)"
+            "a backbone pretrained on the reserve pretrains on the reserve-pretrain share of the data and scores on "
+            "the reserve-test share: set both (e.g. reserve-pretrain=0.3 reserve-test=0.1)"
         )
     settings = PretrainSettings(
         **{

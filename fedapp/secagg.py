@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from fedapp.config import MODULUS_RANGE
-
-# The masks are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
+MODULUS_RANGE = 2**32
+"""The masks of SecAgg+ are drawn from [0, MODULUS_RANGE): Flower's largest (and default) choice."""
 
 
 class SecAggSettings(Protocol):

@@ -2,7 +2,7 @@
 
 :data:`UPLOAD_RULES` are the last rules :func:`fedapp.config.validate` runs;
 the Flower layer's DP wrapper calls :func:`check_dp_config` again for the run it
-wraps. :data:`MODULUS_RANGE` bounds SecAgg+'s integer arithmetic.
+wraps. :data:`fedapp.secagg.MODULUS_RANGE` bounds SecAgg+'s integer arithmetic.
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING
 from fedapp.aggregation import min_updates
 from fedapp.catalog import CATALOG, methods_where
 from fedapp.errors import ConfigError
+from fedapp.secagg import MODULUS_RANGE
 
 if TYPE_CHECKING:
     from fedapp.config.validated import RunConfig
-
-# The masks of SecAgg+ are drawn from [0, MODULUS_RANGE); Flower's largest (and default) choice.
-MODULUS_RANGE = 2**32
 
 
 def _check_aggregation(config: RunConfig) -> None:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fedapp.config.key_groups import partition_settings
 from fedapp.data.figures import label_distribution_figure, partition_text, save_figure
 from fedapp.jsonfile import dumps_json
 
@@ -72,19 +71,19 @@ def split_counts(client: ClientSplits) -> dict[str, dict[str, Any]]:
 
 
 def partition_summary(
-    values: Mapping[str, Any], load_client: Callable[[int, int], ClientSplits], held_out: Collection[int] = ()
+    settings: Mapping[str, Any], load_client: Callable[[int, int], ClientSplits], held_out: Collection[int] = ()
 ) -> dict[str, Any]:
-    """What ``partition.json`` holds: the partition's settings (:data:`fedapp.config.PARTITION_KEYS`
-    of the run configuration's ``values``: :meth:`fedapp.config.RunConfig.as_dict`), the class names, the held-out
-    partitions (``held_out``: :func:`fedapp.config.held_out_partitions`), per split the samples
-    over all clients, and per client (partition id, a string) its :func:`split_counts`.
+    """What ``partition.json`` holds: the partition's ``settings`` (by config name, with
+    ``num-partitions``: :func:`fedapp.config.partition_settings` of a run configuration), the class
+    names, the held-out partitions (``held_out``: :func:`fedapp.config.held_out_partitions`), per
+    split the samples over all clients, and per client (partition id, a string) its :func:`split_counts`.
 
     ``load_client(partition_id, num_partitions)`` gives that client's data as the client itself
     loads it (:func:`fedapp.clientdata.load_client_data` with the run's configuration bound).
     """
     clients: dict[str, dict[str, dict[str, Any]]] = {}
     class_names: list[str] = []
-    num_partitions = int(values["num-partitions"])
+    num_partitions = int(settings["num-partitions"])
     for partition_id in range(num_partitions):
         client = load_client(partition_id, num_partitions)
         class_names = class_names or [*client.class_names, *client.novel_class_names]
@@ -94,7 +93,7 @@ def partition_summary(
         for split, counted in splits.items():
             totals[split] = totals.get(split, 0) + counted["samples"]
     return {
-        "settings": partition_settings(values),
+        "settings": dict(settings),
         "class_names": class_names,
         "held_out_partitions": sorted(held_out),
         "samples": totals,
@@ -140,20 +139,22 @@ def partition_figure(summary: Mapping[str, Any], splits: Sequence[str] = FIGURE_
 
 def write_partition_report(
     directory: Path,
-    values: Mapping[str, Any],
+    settings: Mapping[str, Any],
     load_client: Callable[[int, int], ClientSplits],
     held_out: Collection[int] = (),
+    *,
+    resume: bool = False,
 ) -> list[Path]:
     """Write ``partition.json`` and ``partition.png`` (:func:`partition_summary`) into the run
     folder ``directory``; returns the files written.
 
-    A resumed run writes nothing: its first start wrote them, no partition setting may change
+    A resumed run (``resume``) writes nothing: its first start wrote them, no partition setting may change
     on resume (:data:`fedapp.checkpoint.RESUMABLE_CHANGES`), so they would be rewritten
     identically, and a resume its checkpoint refuses must leave the folder as it was.
     """
-    if values.get("resume"):
+    if resume:
         return []
-    return write_partition_files(directory, partition_summary(values, load_client, held_out))
+    return write_partition_files(directory, partition_summary(settings, load_client, held_out))
 
 
 def write_partition_files(directory: Path, summary: Mapping[str, Any]) -> list[Path]:

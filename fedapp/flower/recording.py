@@ -24,7 +24,7 @@ from flwr.server.client_proxy import ClientProxy
 from fedapp.aggregation import Arrays
 from fedapp.checkpoint import what_can_resume
 from fedapp.clientdata import held_out_clients, load_client_data
-from fedapp.config import RunConfig
+from fedapp.config import RunConfig, partition_settings
 from fedapp.data.partition_report import (
     PARTITION_FILE,
     check_test_splits,
@@ -358,7 +358,7 @@ def open_run_folder(config: RunConfig, domain_names: Sequence[str]) -> RunRecord
     summary = None
     if not config.resume:
         clients = functools.partial(load_client_data, config)
-        summary = partition_summary(config.as_dict(), clients, held_out_clients(config))
+        summary = partition_summary(partition_settings(config.values), clients, held_out_clients(config))
         check_test_splits(summary)
     recorder = open_recorder(config, domain_names)
     if summary is not None:

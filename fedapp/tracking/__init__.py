@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedapp.config import RunConfig
 from fedapp.extras import TRACKERS, require
 from fedapp.metrics import RunObserver
+from fedapp.tracking.scalars import TrackedRun
 
 
-def open_tracker(config: RunConfig, run_dir: Path) -> RunObserver | None:
+def open_tracker(config: TrackedRun, run_dir: Path) -> RunObserver | None:
     """The tracker ``config.tracker`` names, opened for the run written to ``run_dir``.
 
     Parameters

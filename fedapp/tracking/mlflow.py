@@ -22,10 +22,9 @@ from mlflow.utils.time import get_current_time_millis
 from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 from sqlalchemy.exc import SQLAlchemyError
 
-from fedapp.config import RunConfig
 from fedapp.errors import ConfigError
 from fedapp.metrics import RoundRecord
-from fedapp.tracking.scalars import config_params, round_scalars
+from fedapp.tracking.scalars import TrackedRun, config_params, round_scalars
 
 log = logging.getLogger("flwr.fedapp")
 
@@ -99,7 +98,7 @@ class MlflowTracker:
         self.running = running
 
     @classmethod
-    def open(cls, config: RunConfig, run_dir: Path) -> MlflowTracker:
+    def open(cls, config: TrackedRun, run_dir: Path) -> MlflowTracker:
         """The MLflow run of ``run_dir``: a new one named after the run (its configuration logged as
         params), or with ``resume`` the one tagged with this folder (a new one if there is none).
 

@@ -1,5 +1,5 @@
 """What every tracker logs, in tracker-neutral form: a round record's numbers by name, and the
-configuration as text values."""
+configuration as text values; and what a tracker reads of a run (:class:`TrackedRun`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,28 @@ import numbers
 import re
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 
-from fedapp.config import RunConfig
 from fedapp.metrics import RoundRecord
+
+
+class TrackedRun(Protocol):
+    """What a tracker reads of a run's configuration (a :class:`fedapp.config.RunConfig` has it)."""
+
+    tracker: str
+    tracking_uri: str
+    results_dir: str
+    resume: bool
+    method: str
+    dataset: str
+
+    @property
+    def resolved_run_name(self) -> str: ...
+
+    def __getitem__(self, key: str) -> Any: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
+
 
 # MLflow accepts letters, digits, '_', '-', '.', ' ', ':' and '/' in a metric name; a domain's
 # name (a folder name) may hold anything else.
@@ -60,6 +78,6 @@ def config_text(value: Any) -> str:
     return str(value)
 
 
-def config_params(config: RunConfig) -> dict[str, str]:
+def config_params(config: TrackedRun) -> dict[str, str]:
     """Every resolved configuration key, sorted, with its value as text (what MLflow stores)."""
     return {key: config_text(value) for key, value in sorted(config.as_dict().items())}

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-from fedapp.config import RunConfig
 from fedapp.metrics import RoundRecord
-from fedapp.tracking.scalars import config_params, round_scalars
+from fedapp.tracking.scalars import TrackedRun, config_params, round_scalars
 
 #: The run folder's subfolder holding the event files.
 EVENTS_FOLDER = "tensorboard"
@@ -47,7 +46,7 @@ def scalar_tag(name: str) -> str:
     return TAGS.get(name, f"metrics/{name}")
 
 
-def config_markdown(config: RunConfig) -> str:
+def config_markdown(config: TrackedRun) -> str:
     """The resolved configuration as a Markdown table (TensorBoard's text tab renders it)."""
     rows = [f"| {key} | {value} |" for key, value in config_params(config).items()]
     return "\n".join(["| key | value |", "| --- | --- |", *rows])
@@ -60,7 +59,7 @@ class TensorBoardTracker:
     resumed run adds an event file beside the first one and its rounds continue the same curves.
     """
 
-    def __init__(self, config: RunConfig, run_dir: Path) -> None:
+    def __init__(self, config: TrackedRun, run_dir: Path) -> None:
         self.directory = run_dir / EVENTS_FOLDER
         self.writer: SummaryWriter | None = SummaryWriter(log_dir=str(self.directory))
         if not config.resume:  # a resumed run's folder already holds its configuration

@@ -10,7 +10,7 @@ import pytest
 from matplotlib.patches import Rectangle
 
 from fedapp.clientdata import load_client_data, load_dataset
-from fedapp.config import PARTITION_KEYS, SCHEMA, held_out_partitions, resolve_run_config
+from fedapp.config import PARTITION_KEYS, SCHEMA, held_out_partitions, partition_settings, resolve_run_config
 from fedapp.data.partition_report import (
     FIGURE_CLIENTS,
     PARTITION_FIGURE,
@@ -66,7 +66,7 @@ def test_the_summary_records_settings_held_out_partitions_totals_and_every_clien
         {"num-partitions": 2, "partition": "pathological", "held-out-fraction": 0.5, "min-clients": 1}
     )
     held_out = held_out_partitions(config)
-    summary = partition_summary(config.as_dict(), fake_loader, held_out)
+    summary = partition_summary(partition_settings(config.values), fake_loader, held_out)
     assert summary["settings"]["partition"] == "pathological" and summary["settings"]["num-partitions"] == 2
     assert summary["settings"]["classes-per-client"] == config.classes_per_client
     # How the class sets and the held-out clients are drawn decide what each client holds too.
@@ -82,7 +82,7 @@ def test_the_summary_records_settings_held_out_partitions_totals_and_every_clien
 
 def test_the_figure_stacks_each_clients_classes_per_split():
     config = resolve_run_config({"num-partitions": 2})
-    figure = partition_figure(partition_summary(config.as_dict(), fake_loader))
+    figure = partition_figure(partition_summary(partition_settings(config.values), fake_loader))
     train, test = figure.axes
     assert (train.get_title(), test.get_title()) == ("train split", "test split")
     heights = [patch.get_height() for patch in train.patches if isinstance(patch, Rectangle)]
@@ -109,7 +109,8 @@ def test_the_figure_of_a_large_federation_draws_its_first_clients_and_says_so():
 
 def test_counts_are_what_each_client_loads_and_add_up_to_the_data_set(tmp_path):
     config = resolve_run_config({"num-partitions": 3, "partition": "dirichlet", "alpha": 0.5})
-    written = write_partition_report(tmp_path, config.as_dict(), lambda pid, n: load_client_data(config, pid, n))
+    settings = partition_settings(config.values)
+    written = write_partition_report(tmp_path, settings, lambda pid, n: load_client_data(config, pid, n))
     assert written == [tmp_path / PARTITION_FILE, tmp_path / PARTITION_FIGURE]
     summary = json.loads((tmp_path / PARTITION_FILE).read_text())
     source = load_dataset(config)
@@ -131,5 +132,5 @@ def test_a_resumed_run_leaves_the_report_its_first_start_wrote(tmp_path):
         pytest.fail("a resumed run must not recount its partition")
 
     config = resolve_run_config({"num-partitions": 2, "resume": True})
-    assert write_partition_report(tmp_path, config.as_dict(), never) == []
+    assert write_partition_report(tmp_path, partition_settings(config.values), never, resume=config.resume) == []
     assert (tmp_path / PARTITION_FILE).read_text() == "first start\n"
