@@ -22,6 +22,8 @@ from fedapp.methods.visual_prompt_options import PEPFedPTOptions, VisualPromptOp
 _PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
 _LOCAL_MODEL = "clients are scored on their own local model, which a new client has not trained"
 _ALONE = "each client trains its own model alone, so a client that never trained has none"
+_FEDD2P_BASELINES = "methods/fedd2p.md#baselines-b1-b3-and-the-mlp-ablation"
+_FEDD2P_PRESETS = ("fedd2p-digits", "claims-family-c", "fedd2p-cifar10")
 _PER_CLASS_ONLY = "clients share per-class knowledge, not a model; a new client's model is untrained"
 
 
@@ -32,6 +34,8 @@ FEDAVG = MethodSpec(
     "one shared model, example-weighted averaging (McMahan et al., 2017)",
     "cnn",
     "parameters",
+    title="FedAvg",
+    page="methods/fedavg.md",
 )
 
 
@@ -46,6 +50,9 @@ STANDALONE = MethodSpec(
     mixed_models=True,
     new_client_note=_ALONE,
     personal_state=True,
+    title="Standalone",
+    page="methods/standalone.md",
+    borrowed_presets=("claims-family-b", "claims-family-c"),
 )
 
 
@@ -60,6 +67,8 @@ PFEDLORA = MethodSpec(
     new_client_note="only the low-rank adapter is shared; a new client's own CNN is untrained",
     personal_state=True,
     options=PFedLoRAOptions,
+    title="pFedLoRA",
+    page="methods/pfedlora.md",
 )
 
 
@@ -73,6 +82,9 @@ LG_FEDAVG = MethodSpec(
     mixed_models=True,
     new_client_note="only the classifier head is shared; a new client's representation layers are untrained",
     personal_state=True,
+    title="LG-FedAvg",
+    page="methods/lg-fedavg.md",
+    borrowed_presets=("pfedlora-digits", "claims-family-b"),
 )
 
 
@@ -88,6 +100,9 @@ FEDPROTO = MethodSpec(
     new_client_note=_PER_CLASS_ONLY,
     personal_state=True,
     options=FedProtoOptions,
+    title="FedProto",
+    page="methods/fedproto.md",
+    borrowed_presets=("pfedlora-digits", "claims-family-b"),
 )
 
 
@@ -103,6 +118,9 @@ FD = MethodSpec(
     new_client_note=_PER_CLASS_ONLY,
     personal_state=True,
     options=FDOptions,
+    title="FD",
+    page="methods/fd.md",
+    borrowed_presets=("pfedlora-digits", "claims-family-b"),
 )
 
 
@@ -117,6 +135,9 @@ FML = MethodSpec(
     new_client_note=_LOCAL_MODEL,
     personal_state=True,
     options=FMLOptions,
+    title="FML",
+    page="methods/fml.md",
+    borrowed_presets=("pfedlora-digits", "claims-family-b"),
 )
 
 
@@ -131,6 +152,9 @@ FEDKD = MethodSpec(
     new_client_note=_LOCAL_MODEL,
     personal_state=True,
     options=MutualOptions,
+    title="FedKD",
+    page="methods/fedkd.md",
+    borrowed_presets=("pfedlora-digits", "claims-family-b"),
 )
 
 
@@ -144,6 +168,9 @@ COOP_LOCAL = MethodSpec(
     "uploads nothing (each client trains alone)",
     new_client_note=_ALONE,
     personal_state=True,
+    title="CoOp-local",
+    page="methods/coop-local.md",
+    borrowed_presets=("claims-family-a",),
 )
 
 
@@ -154,6 +181,9 @@ PROMPTFL = MethodSpec(
     "one shared text context averaged across clients (Guo et al., 2023)",
     "clip-text",
     "parameters",
+    title="PromptFL",
+    page="methods/promptfl.md",
+    borrowed_presets=("claims-family-a",),
 )
 
 
@@ -167,6 +197,8 @@ SDFED = MethodSpec(
     new_client_note="half of its classifier is the private local prompt, which a new client has not trained",
     personal_state=True,
     options=SDFedOptions,
+    title="SDFed",
+    page="methods/sdfed.md",
 )
 
 
@@ -178,6 +210,9 @@ HEAD_FEDAVG = MethodSpec(
     "clip-vision",
     "parameters",
     options=VisualPromptOptions,
+    title="head-only FedAvg",
+    page="methods/head-fedavg.md",
+    borrowed_presets=("pep-fedpt-digits", "claims-family-d", "pep-fedpt-vitb16"),
 )
 
 
@@ -192,6 +227,9 @@ LOCAL_VPT = MethodSpec(
     new_client_note=_ALONE,
     personal_state=True,
     options=VisualPromptOptions,
+    title="local VPT",
+    page="methods/local-vpt.md",
+    borrowed_presets=("pep-fedpt-digits", "claims-family-d", "pep-fedpt-vitb16"),
 )
 
 
@@ -203,6 +241,9 @@ FEDVPT = MethodSpec(
     "clip-vision",
     "parameters",
     options=VisualPromptOptions,
+    title="FedVPT",
+    page="methods/fedvpt.md",
+    borrowed_presets=("pep-fedpt-digits", "claims-family-d", "pep-fedpt-vitb16"),
 )
 
 
@@ -210,6 +251,7 @@ FEDVPT_D = replace(
     FEDVPT,
     name="fedvpt-d",
     summary="deep visual prompts (every layer) and head averaged across clients",
+    title="FedVPT-D",
     variant_of="fedvpt",
 )
 
@@ -223,6 +265,8 @@ PEP_FEDPT = MethodSpec(
     "per-class",
     f"uploads per-class CLS-token means besides its prompts, {_PER_CLASS}",
     options=PEPFedPTOptions,
+    title="PEP-FedPT",
+    page="methods/pep-fedpt.md",
 )
 
 
@@ -238,12 +282,17 @@ FEDD2P = MethodSpec(
     new_client_note=_PER_CLASS_ONLY,
     personal_state=True,
     options=FedD2POptions,
+    title="FedD2P",
+    page="methods/fedd2p.md",
 )
 
 
 FEDD2P_AGG = replace(
     FEDD2P,
     name="fedd2p-agg",
+    title="FedD2P-agg",
+    page=_FEDD2P_BASELINES,
+    borrowed_presets=_FEDD2P_PRESETS,
     summary="FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
     backbone="cnn",
     variant_of="fedd2p",
@@ -254,14 +303,22 @@ FEDD2P_AGG = replace(
 FEDD2P_GT = replace(
     FEDD2P,
     name="fedd2p-gt",
+    title="FedD2P-gt",
+    page=_FEDD2P_BASELINES,
+    borrowed_presets=_FEDD2P_PRESETS,
     summary="FedD2P baseline B3: the generator learns from ground truth only, no distillation",
     variant_of="fedd2p",
 )
 
 BUILTIN: tuple[MethodSpec, ...] = (
+    SDFED,
+    PFEDLORA,
+    FEDD2P,
+    FEDD2P_AGG,
+    FEDD2P_GT,
+    PEP_FEDPT,
     FEDAVG,
     STANDALONE,
-    PFEDLORA,
     LG_FEDAVG,
     FEDPROTO,
     FD,
@@ -269,14 +326,10 @@ BUILTIN: tuple[MethodSpec, ...] = (
     FEDKD,
     COOP_LOCAL,
     PROMPTFL,
-    SDFED,
     HEAD_FEDAVG,
     LOCAL_VPT,
     FEDVPT,
     FEDVPT_D,
-    PEP_FEDPT,
-    FEDD2P,
-    FEDD2P_AGG,
-    FEDD2P_GT,
 )
-"""In the order the docs and the config reference list them."""
+"""In the order the docs, their method x preset index and the config reference list them: the four
+published methods first (each followed by its own baselines' variants), then the baselines."""

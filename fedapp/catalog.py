@@ -67,6 +67,16 @@ class MethodSpec:
     personal_state
         Whether a client keeps state of its own between rounds (its model, prompt or
         statistics) in its state store, which a resumed run finds again only on disk.
+    title
+        The method's name in prose and in the docs' index (default: :attr:`name`).
+    page
+        Its page under ``docs/`` (``methods/sdfed.md``, with an ``#anchor`` for a section of
+        another method's page), linked from the method x preset index of the README and the docs,
+        and listed in the site's navigation (a page of its own); empty for a method documented
+        elsewhere (a plug-in's own README).
+    borrowed_presets
+        Other methods' presets (``conf/<name>.yaml``) that also run this method, given
+        ``method="<name>"``: the index lists them beside the method's own presets, marked †.
     """
 
     name: str
@@ -81,6 +91,9 @@ class MethodSpec:
     variant_of: str = ""
     options: type[MethodOptions] = MethodOptions
     personal_state: bool = False
+    title: str = ""
+    page: str = ""
+    borrowed_presets: tuple[str, ...] = ()
 
     @property
     def averages_parameters(self) -> bool:

@@ -38,6 +38,7 @@ class Key:
     high: float | None = None
     low_open: bool = False
     unavailable: Mapping[str, str] | None = None  # value -> why it is not a choice (a broken plug-in)
+    names: Literal["", "zoo-model", "zoo-models"] = ""  # a zoo model (or a comma list), which a rule checks
 
     def check(self, name: str, value: Any) -> Scalar:
         """Return ``value`` coerced to this key's type, or raise ConfigError."""
@@ -111,14 +112,16 @@ def setting(
     high: float | None = None,
     low_open: bool = False,
     unavailable: Mapping[str, str] | None = None,
+    names: Literal["", "zoo-model", "zoo-models"] = "",
 ) -> Any:
     """One run-config key as a dataclass field: its default, help and allowed range.
 
     A field typed ``Literal["a", "b"]`` takes its choices from the type; ``choices`` is for a set
-    known only when the module runs (the catalog's methods).
+    known only when the module runs (the catalog's methods). ``names`` says that the value names a
+    model of the zoo (``zoo-model``) or a comma list of them (``zoo-models``), for the reference.
     """
     metadata = {"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open}
-    return field(default=default, metadata={**metadata, "unavailable": unavailable})
+    return field(default=default, metadata={**metadata, "unavailable": unavailable, "names": names})
 
 
 def config_name(attribute: str) -> str:

@@ -17,44 +17,40 @@ with a ``LegacyContext``). Build one with
 
 The ClientApp must run the same ``method`` (``fedapp.client_app.make_client_app``
 reads it from the run config); :mod:`fedapp.registry` says which class serves
-which method.
+which method. Each method's strategy is exported from the catalog (``MethodSpec.strategy``)
+and imported on first use.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from fedapp.catalog import CATALOG
 from fedapp.flower.message_api import MessageStrategy
 from fedapp.flower.strategy import ClientUpdate, FedAppStrategy
-from fedapp.strategies.fd import FDStrategy
-from fedapp.strategies.fedavg import FedAvgStrategy
-from fedapp.strategies.fedd2p import FedD2PStrategy
-from fedapp.strategies.fedkd import FedKDStrategy
-from fedapp.strategies.fedproto import FedProtoStrategy
-from fedapp.strategies.fedvpt import FedVPTStrategy
-from fedapp.strategies.fml import FMLStrategy
-from fedapp.strategies.lg_fedavg import LGFedAvgStrategy
-from fedapp.strategies.pep_fedpt import PEPFedPTStrategy
 from fedapp.strategies.per_class import PerClassStrategy
-from fedapp.strategies.pfedlora import PFedLoRAStrategy
-from fedapp.strategies.promptfl import PromptFLStrategy
-from fedapp.strategies.sdfed import SDFedStrategy
 from fedapp.strategies.shared_module import SharedModuleStrategy
-from fedapp.strategies.standalone import StandaloneStrategy
 
-__all__ = [
-    "ClientUpdate",
-    "FDStrategy",
-    "FMLStrategy",
-    "FedAppStrategy",
-    "FedAvgStrategy",
-    "FedD2PStrategy",
-    "FedKDStrategy",
-    "FedProtoStrategy",
-    "FedVPTStrategy",
-    "LGFedAvgStrategy",
-    "MessageStrategy",
-    "PEPFedPTStrategy",
-    "PFedLoRAStrategy",
-    "PerClassStrategy",
-    "PromptFLStrategy",
-    "SDFedStrategy",
-    "SharedModuleStrategy",
-    "StandaloneStrategy",
-]
+# Each method's strategy class, by class name, as the catalog names it ("module:Class"): a method
+# added to the catalog is exported here without an edit, and imported only when asked for.
+_METHOD_STRATEGIES = {
+    path.partition(":")[2]: path for path in dict.fromkeys(spec.strategy for spec in CATALOG.values())
+    if path.startswith(f"{__name__}.")
+}  # fmt: skip
+
+__all__ = ["ClientUpdate", "FedAppStrategy", "MessageStrategy", "PerClassStrategy", "SharedModuleStrategy"]
+__all__ += list(_METHOD_STRATEGIES)
+__all__.sort()
+
+
+def __getattr__(name: str) -> Any:
+    path = _METHOD_STRATEGIES.get(name)
+    if path is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, cls = path.partition(":")
+    return getattr(import_module(module), cls)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_METHOD_STRATEGIES})

@@ -24,9 +24,6 @@ from fedapp.catalog import CATALOG
 from fedapp.config.schema import METHOD_KEYS, SCHEMA
 from fedapp.options import Key, Scalar
 
-# Keys whose values a cross-key rule checks against the model zoo (not a choice in the schema).
-ZOO_KEYS = ("model", "shared-model", "client-models")
-
 COMMAND = "python -m fedapp.config.reference --write docs/configuration.md"
 """What regenerates the committed page after a schema change."""
 
@@ -303,11 +300,11 @@ def allowed(name: str, key: Key) -> str:
         return ", ".join(f"`{choice}`" for choice in key.choices)
     if key.type is bool:
         return "`true`, `false`"
-    if name in ZOO_KEYS:
+    if key.names:  # a model of the zoo, which a cross-key rule checks (not a choice in the schema)
         from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - torch only for this page
 
         names = ", ".join(f"`{model}`" for model in MODEL_NAMES)
-        return f"comma list of: {names}" if name == "client-models" else names
+        return f"comma list of: {names}" if key.names == "zoo-models" else names
     low = None if key.low is None else _number(key.low)
     if low is not None and key.high is not None:
         return f"{low} {'<' if key.low_open else '≤'} x ≤ {_number(key.high)}"

@@ -107,8 +107,10 @@ class Settings:
     momentum: float = setting(0.9, "SGD momentum", low=0.0, high=1.0)
     weight_decay: float = setting(0.0, "SGD weight decay", low=0.0)
     seed: int = setting(0, "seed of partitioning, sampling, initialisation and data order", low=0)
-    model: str = setting("cnn-1", "model name from the zoo")
-    client_models: str = setting("", "comma list of zoo models cycled over clients (client k: entry k mod len)")
+    model: str = setting("cnn-1", "model name from the zoo", names="zoo-model")
+    client_models: str = setting(
+        "", "comma list of zoo models cycled over clients (client k: entry k mod len)", names="zoo-models"
+    )
     pretrained: str = setting(
         "", 'open_clip pretrained tag, local checkpoint path, or "reserve" (made from reserve-pretrain on first use)'
     )

@@ -49,7 +49,7 @@ class MutualOptions(DistillationOptions):
     title: ClassVar[str] = "FedKD"
     about: ClassVar[str] = "See [FedKD](methods/fedkd.md); `shared-model` is a model of the zoo, as `model` is."
 
-    shared_model: str = setting("cnn-5", "the small shared model of FML and FedKD")
+    shared_model: str = setting("cnn-5", "the small shared model of FML and FedKD", names="zoo-model")
 
     def check(self, values: Mapping[str, Any]) -> None:
         from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - keeps the configuration's import light

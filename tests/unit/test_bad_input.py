@@ -46,7 +46,7 @@ CONFIG_ROWS = [
     ("unknown key", {"no-such-key": 1}, "unknown config key(s): no-such-key"),
     ("wrong type", {"num-rounds": "ten"}, "'num-rounds' = 'ten' has type str, expected int"),
     ("out of range", {"lr": 0}, "'lr' = 0.0 must be > 0.0"),
-    ("unknown method", {"method": "fedsgd"}, "'method' = 'fedsgd' is not one of: fedavg"),
+    ("unknown method", {"method": "fedsgd"}, "'method' = 'fedsgd' is not one of: sdfed, pfedlora"),
     ("unknown model", {"model": "resnet-9000"}, "'model' = 'resnet-9000' is not one of: cnn-1"),
     ("unknown dataset", {"dataset": "mnist-x"}, "'dataset' = 'mnist-x' is not one of: digits"),
     (

@@ -58,13 +58,13 @@ def test_every_declared_key_is_read_by_the_method_s_code(method):
 def test_a_fedavg_run_given_other_methods_keys_is_told_which_it_does_not_read():
     values = {**defaults(), "proto-weight": 2.0, "sdfed-lambda": 0.3, "adapter-hidden": 80}
     assert unread_method_keys(values) == {
+        "sdfed-lambda": ("sdfed",),
         "adapter-hidden": ("pfedlora",),
         "proto-weight": ("fedproto",),
-        "sdfed-lambda": ("sdfed",),
     }
     assert unread_keys_warning(values) == (
-        "warning: fedavg does not read adapter-hidden (read by pfedlora), proto-weight (read by fedproto), "
-        "sdfed-lambda (read by sdfed): the run computes as without them"
+        "warning: fedavg does not read sdfed-lambda (read by sdfed), adapter-hidden (read by pfedlora), "
+        "proto-weight (read by fedproto): the run computes as without them"
     )
 
 
