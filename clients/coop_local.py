@@ -13,7 +13,7 @@ class CoOpLocalClient(PromptClient):
 
     def _own_context(self) -> PromptContext:
         saved = self.store.load("context")
-        return self.context(None if saved is None else saved["context"], self.config.prompt_length)
+        return self.context(None if saved is None else saved["context"], self.options.prompt_length)
 
     def fit(self, parameters: Arrays, config: dict) -> tuple[Arrays, int, dict]:
         context = self._own_context()

@@ -42,7 +42,7 @@ class SDFedClient(PromptClient):
         saved = self.store.load("local_prompt")
         return round_classifier(
             self.encoder if encoder is None else encoder,
-            self.context(global_prompt, self.config.prompt_length),
+            self.context(global_prompt, self.options.prompt_length),
             self.context(None if saved is None else saved["context"], self.local_length, salt=1),
             self.weights,
             self.clip.model.logit_scale,

@@ -18,6 +18,7 @@ from fedapp.clientdata import clip_weights
 from fedapp.clients.base import FedAppClient, derived_seed
 from fedapp.config import client_clip_model_names
 from fedapp.methods import text_prompts as prompts
+from fedapp.methods.text_prompt_options import TextPromptOptions
 from fedapp.models import LoadedClip, load_open_clip
 from fedapp.models.image_features import ImageClassifier, ImageFeatureCache, clip_image_batch
 from fedapp.models.text_prompt import PromptContext, PromptTextEncoder
@@ -34,6 +35,8 @@ def _encoder(clip: LoadedClip, class_names: tuple[str, ...]) -> PromptTextEncode
 
 class PromptClient(FedAppClient):
     """Shared machinery: the backbone, the text encoder and the cached image features."""
+
+    options: TextPromptOptions
 
     @property
     def clip_model_name(self) -> str:

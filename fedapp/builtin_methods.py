@@ -17,6 +17,7 @@ from fedapp.methods.distillation_options import FDOptions, FedProtoOptions, FMLO
 from fedapp.methods.fedd2p_options import FedD2PClientOptions, FedD2POptions
 from fedapp.methods.pfedlora_options import PFedLoRAOptions
 from fedapp.methods.sdfed_options import SDFedOptions
+from fedapp.methods.text_prompt_options import TextPromptOptions
 from fedapp.methods.visual_prompt_options import PEPFedPTOptions, VisualPromptOptions
 
 _PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
@@ -171,6 +172,7 @@ COOP_LOCAL = MethodSpec(
     title="CoOp-local",
     page="methods/coop-local.md",
     borrowed_presets=("claims-family-a",),
+    options=TextPromptOptions,
 )
 
 
@@ -184,6 +186,7 @@ PROMPTFL = MethodSpec(
     title="PromptFL",
     page="methods/promptfl.md",
     borrowed_presets=("claims-family-a",),
+    options=TextPromptOptions,
 )
 
 

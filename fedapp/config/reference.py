@@ -167,7 +167,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "Models",
-        _keys("model client-models clip-model client-clip-models pretrained precision prompt-length"),
+        _keys("model client-models clip-model client-clip-models pretrained precision"),
         (
             "The CNN methods build `model` from the zoo; `client-models` cycles a list over the clients (client k "
             "gets entry k mod its length; `cnn-1,cnn-2,cnn-3,cnn-4,cnn-5` is pFedLoRA's heterogeneous setting), "

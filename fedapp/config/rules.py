@@ -194,11 +194,8 @@ def _check_local_prompt_lengths(config: RunConfig) -> None:
     from fedapp.errors import ModelError  # noqa: PLC0415
     from fedapp.models.clip import text_context_length  # noqa: PLC0415 - open_clip only for CLIP methods
 
-    # (the keys and their values as set, the prompt length of each client in turn)
-    lengths: list[tuple[str, list[int]]] = [
-        (f"config key 'prompt-length' = {config.prompt_length!r}", [config.prompt_length])
-    ]
-    lengths += config.options.text_prompt_lengths(config.values)  # e.g. SDFed's local prompts
+    # (the keys and their values as set, the prompt length of each client in turn: the method's own)
+    lengths = config.options.text_prompt_lengths(config.values)
     models = client_clip_model_names(config)
     try:
         rooms = {model: text_context_length(model) - 3 for model in set(models)}

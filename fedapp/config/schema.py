@@ -118,7 +118,6 @@ class Settings:
     client_clip_models: str = setting("", "comma list of open_clip models cycled over clients (model heterogeneity)")
     precision: str = setting("fp32", "precision of the frozen encoders", choices=("fp32", "fp16", "bf16"))
     shots_per_class: int = setting(0, "training samples per class on each client (0 = all)", low=0)
-    prompt_length: int = setting(8, "length of the shared (global) text prompt", low=1)
     held_out_fraction: float = setting(
         0.0, "share of clients that never train, evaluated with the global state only", low=0.0, high=0.9
     )

@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from fedapp.options import MethodOptions, setting
+from fedapp.methods.text_prompt_options import TextPromptOptions
+from fedapp.options import setting
 
 
 @dataclass(frozen=True)
-class SDFedOptions(MethodOptions):
+class SDFedOptions(TextPromptOptions):
     """The private local prompts, the subspace refinement and the divergence control."""
 
     title: ClassVar[str] = "SDFed"
@@ -53,15 +54,15 @@ class SDFedOptions(MethodOptions):
         self.local_lengths(values["num-partitions"], values["seed"])  # a ConfigError names the key
 
     def text_prompt_lengths(self, values: Mapping[str, Any]) -> list[tuple[str, list[int]]]:
-        """The local prompt each client reads; with ``sdfed-combination = "sequence"`` one sequence
-        holds the global prompt and the local one, so each length is the two added."""
+        """The shared prompt, and the local prompt each client reads; with ``sdfed-combination =
+        "sequence"`` one sequence holds the global prompt and the local one, so each length is the two added."""
         spec = self.local_prompt_lengths
         drawn = self.local_lengths(values["num-partitions"], values["seed"])
         what = f"config key 'local-prompt-lengths' = {spec!r}"
         if self.sdfed_combination == "sequence":
-            drawn = [values["prompt-length"] + length for length in drawn]
+            drawn = [self.prompt_length + length for length in drawn]
             what = (
-                f"config keys 'prompt-length' = {values['prompt-length']!r} and 'local-prompt-lengths' = {spec!r} "
+                f"config keys 'prompt-length' = {self.prompt_length!r} and 'local-prompt-lengths' = {spec!r} "
                 "with sdfed-combination = 'sequence'"
             )
-        return [(what, drawn)]
+        return [*super().text_prompt_lengths(values), (what, drawn)]

@@ -12,20 +12,22 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from fedapp.errors import ConfigError
+from fedapp.methods.text_prompt_options import PROMPT_LENGTH_HELP
 from fedapp.options import MethodOptions, setting
 
 
 @dataclass(frozen=True)
 class VisualPromptOptions(MethodOptions):
-    """How fast the prompts learn beside the head."""
+    """The shared prompt's length, and how fast the prompts learn beside the head."""
 
     title: ClassVar[str] = "Visual prompts"
     about: ClassVar[str] = (
         "The visual-prompt methods (`head-fedavg`, `local-vpt`, `fedvpt`, `fedvpt-d`, `pep-fedpt`) train their "
         "prompts at `prompt-lr-scale` times `lr` and their head at `lr`: a prompt's gradient can be a hundredth "
-        "of the head's. Their shared prompt's length is `prompt-length`."
+        "of the head's. Their shared prompt has `prompt-length` tokens (at every layer it enters)."
     )
 
+    prompt_length: int = setting(8, PROMPT_LENGTH_HELP, low=1)
     prompt_lr_scale: float = setting(
         1.0,
         "visual-prompt methods: the prompts' learning rate is lr times this (the head's is lr)",
