@@ -59,3 +59,20 @@ def test_the_client_app_imports_none_of_flowers_server_side():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "none"
+
+
+def test_the_launcher_checks_a_cnn_run_s_configuration_without_torch():
+    """The launcher's process lives as long as the run: validating a CNN run's configuration (the zoo's
+    model names included) imports no torch there (issue 65; the data are checked in a child process)."""
+    script = (
+        "import sys\n"
+        "from fedapp.launch.settings import prepare_run\n"
+        "from fedapp.config import validate\n"
+        "validate({'method': 'fml', 'model': 'cnn-2', 'client-models': 'cnn-1,cnn-3'})\n"
+        "print('torch' if 'torch' in sys.modules else 'no torch')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "no torch"

@@ -333,3 +333,9 @@ def test_a_random_init_backbone_is_the_same_in_every_process_and_leaves_the_rng_
     # Another architecture is another draw, not the same numbers reshaped.
     vit = load_open_clip(TINY_VIT_B).model.visual.conv1.weight.flatten()
     assert not torch.equal(vit[:8], loaded[0][0].flatten()[:8])
+
+
+def test_the_zoo_s_names_are_the_factory_s_own():
+    from fedapp.models import MODEL_NAMES, ZOO  # noqa: PLC0415
+
+    assert tuple(ZOO) == MODEL_NAMES
