@@ -200,3 +200,11 @@ def test_launch_phases_smoke_times_every_phase_of_a_real_launch(capsys):
     # No GPU here: nothing sampled, and the table says so instead of inventing figures.
     assert figures["gpu"] is None and "gpu_busy_share_after_round_1" not in figures
     assert "| flower_start_s |" in capsys.readouterr().out
+
+
+def test_run_memory_smoke_samples_every_process_of_a_real_launch(capsys):
+    result = load_script("run_memory").main(["--smoke"])
+    names = [process["name"] for process in result["processes"]]
+    assert {"fedapp.launch", "flwr-simulation", "ClientAppActor", "raylet"} <= set(names)
+    assert result["peak_summed_pss_mb"] >= max(process["peak_pss_mb"] for process in result["processes"]) > 0
+    assert "peak summed PSS:" in capsys.readouterr().out
