@@ -28,6 +28,24 @@ from scale import descendants, pss_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 2**20
+# What names a process of the run, first match wins (the sentinel's command holds "fedapp.launch" too).
+MARKERS = (
+    "fedapp.launch.sentinel",
+    "fedapp.launch",
+    "ClientAppActor",
+    "flwr-simulation",
+    "flower-superlink",
+    "flower-superexec",
+    "flwr run",
+    "gcs_server",
+    "raylet",
+    "dashboard/agent",
+    "dashboard.py",
+    "runtime_env/agent",
+    "log_monitor",
+    "monitor.py",
+    "data_check",
+)
 
 
 def process_name(pid: int) -> str:
@@ -38,9 +56,7 @@ def process_name(pid: int) -> str:
         return "?"
     command = [part for part in command if part]
     text = " ".join(command)
-    for marker in ("fedapp.launch.sentinel", "fedapp.launch", "ClientAppActor", "flwr-simulation", "flower-superlink", "flower-superexec",
-                   "flwr run", "gcs_server", "raylet", "dashboard/agent", "dashboard.py", "runtime_env/agent",
-                   "log_monitor", "monitor.py", "data_check"):  # fmt: skip
+    for marker in MARKERS:
         if marker in text:
             return marker
     return Path(command[0]).name if command else "?"

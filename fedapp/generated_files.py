@@ -27,7 +27,7 @@ from fedapp.catalog import CATALOG, MethodSpec
 from fedapp.config import APP_ROOT, defaults
 from fedapp.config.reference import render as render_reference
 from fedapp.config.schema import RESERVE_BACKBONE
-from fedapp.options import Scalar
+from fedapp.options import Scalar, toml_value
 
 COMMAND = "python -m fedapp.generated_files --write"
 INDEX_HEADER = "| method (`method=`) | digits, offline | CIFAR-10 | paper's setting | docs |"
@@ -108,14 +108,6 @@ def nav_lines() -> list[str]:
     return lines
 
 
-def _toml(value: Scalar) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(value)
-
-
 def _replace_block(text: str, start: Callable[[str], bool], inside: Callable[[str], bool], new: list[str]) -> str:
     """``text`` with the lines after the first line ``start`` accepts, as long as ``inside`` accepts
     them, replaced by ``new``."""
@@ -137,7 +129,7 @@ def generated(root: Path = APP_ROOT) -> dict[Path, str]:
         text = path.read_text(encoding="utf-8")
         return _replace_block(text, lambda line: line == INDEX_HEADER, lambda line: line.startswith("|"), rows[1:])
 
-    config = [f"{key} = {_toml(value)}" for key, value in defaults().items()]
+    config = [f"{key} = {toml_value(value)}" for key, value in defaults().items()]
     return {
         readme: table(readme, "docs/"),
         index: table(index, ""),

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
+import tomli_w
+
 from fedapp.errors import ConfigError
 
 Scalar = bool | int | float | str
@@ -101,6 +103,12 @@ def _coerce(name: str, value: Any, kind: type) -> Scalar:
     if kind is str and isinstance(value, str):
         return value
     raise ConfigError(f"config key '{name}' = {value!r} has type {type(value).__name__}, expected {kind.__name__}")
+
+
+def toml_value(value: object) -> str:
+    """``value`` as a TOML value, as ``pyproject.toml`` and ``flwr run --run-config`` write it (``"a b"``,
+    ``3``, ``true``)."""
+    return tomli_w.dumps({"v": value}).split("=", 1)[1].strip()
 
 
 def setting(

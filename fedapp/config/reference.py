@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fedapp.catalog import CATALOG
 from fedapp.config.schema import METHOD_KEYS, SCHEMA
-from fedapp.options import Key, Scalar
+from fedapp.options import Key, toml_value
 
 COMMAND = "python -m fedapp.config.reference --write docs/configuration.md"
 """What regenerates the committed page after a schema change."""
@@ -265,15 +265,6 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _toml(value: Scalar) -> str:
-    """A default as ``pyproject.toml`` (and ``--run-config``) writes it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(value)
-
-
 def _cell(text: str) -> str:
     """Plain text made safe inside a Markdown table cell: no column breaks, tags or emphasis."""
     for char, escaped in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("*", "\\*"), ("_", "\\_")):
@@ -317,7 +308,7 @@ def allowed(name: str, key: Key) -> str:
 
 def key_row(name: str, key: Key) -> str:
     """One table row: key, type, default, allowed values and help."""
-    cells = (f"`{name}`", key.type.__name__, f"`{_toml(key.default)}`", allowed(name, key), _cell(key.help))
+    cells = (f"`{name}`", key.type.__name__, f"`{toml_value(key.default)}`", allowed(name, key), _cell(key.help))
     return "| " + " | ".join(cells) + " |"
 
 

@@ -18,9 +18,10 @@ from fedapp.errors import FedAppError
 from fedapp.launch.app_copy import copy_app, declare_plugin_keys
 from fedapp.launch.processes import free_port, sigterm_raises_system_exit, stop_processes, superlink_pids
 from fedapp.launch.sentinel import stand_down, start_sentinel
-from fedapp.launch.settings import PreparedRun, federation_overrides, toml_value
+from fedapp.launch.settings import PreparedRun, federation_overrides
 from fedapp.launch.stream import stream_command
 from fedapp.metrics import check_clients_trained
+from fedapp.options import toml_value
 
 LOCAL_CONNECTION_TOML = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
 

@@ -10,8 +10,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomli_w
-
 from fedapp.catalog import CATALOG
 from fedapp.config import RunConfig, load_preset, resolve_run_config
 from fedapp.errors import ConfigError, FedAppError, ModelError
@@ -194,8 +192,3 @@ def expand_preset(overrides: dict) -> dict:
         return dict(overrides)
     explicit = {key: value for key, value in overrides.items() if key != "preset"}
     return {**load_preset(str(preset)), **explicit, "preset": ""}
-
-
-def toml_value(value: object) -> str:
-    """``value`` as a TOML value, the way ``flwr run --run-config`` reads it back (``"a b"``, ``3``, ``true``)."""
-    return tomli_w.dumps({"v": value}).split("=", 1)[1].strip()

@@ -54,11 +54,7 @@ def test_the_client_app_imports_none_of_flowers_server_side():
         "          'fedapp.flower.message_api', 'fedapp.flower.secure_aggregation', 'fedapp.flower.privacy']\n"
         "print(','.join(name for name in server if name in sys.modules) or 'none')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "none"
+    assert printed_by(script) == "none"
 
 
 def test_the_launcher_checks_a_cnn_run_s_configuration_without_torch():
@@ -71,8 +67,13 @@ def test_the_launcher_checks_a_cnn_run_s_configuration_without_torch():
         "validate({'method': 'fml', 'model': 'cnn-2', 'client-models': 'cnn-1,cnn-3'})\n"
         "print('torch' if 'torch' in sys.modules else 'no torch')\n"
     )
+    assert printed_by(script) == "no torch"
+
+
+def printed_by(script: str) -> str:
+    """What ``script`` prints in a fresh interpreter (which must succeed)."""
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "no torch"
+    return done.stdout.strip()
