@@ -181,7 +181,7 @@ def test_a_launch_completes_stops_its_superlink_and_its_log_in_a_pipe_is_plain(t
         assert noise not in seen, noise
     device_lines = [line for line in seen.splitlines() if "device = " in line]
     assert len(device_lines) <= 1, device_lines  # each worker's same line, shown once
-    unread = "warning: fedavg does not read proto-weight (read by fedproto), sdfed-lambda (read by sdfed)"
+    unread = "warning: fedavg does not read sdfed-lambda (read by sdfed), proto-weight (read by fedproto)"
     assert [line for line in seen.splitlines() if unread in line] != [], seen[-3000:]
     assert sum(unread in line for line in seen.splitlines()) == 1
 
