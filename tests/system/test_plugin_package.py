@@ -70,7 +70,7 @@ def test_installed_beside_fedapp_it_runs_in_the_launcher_and_the_sweep_plans_it(
     assert (written["method"], written["fedper-personal-layers"]) == ("fedper", 2)
     plan = subprocess.run(
         [sys.executable, "-m", "fedapp.sweep", "--preset", preset, "--methods", "fedper,fedavg", "--seeds", "0,1",
-         "--results-dir", str(tmp_path / "sweep"), "--dry-run"],
+         "--results-dir", str(tmp_path / "sweep"), "--run-config", "fedper-personal-layers=2", "--dry-run"],
         cwd=user, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert plan.returncode == 0, (plan.stdout + plan.stderr)[-3000:]
