@@ -23,8 +23,6 @@ from fedapp.methods.visual_prompt_options import PEPFedPTOptions, VisualPromptOp
 _PER_CLASS = "with integer class counts, which the server merges class by class instead of averaging"
 _LOCAL_MODEL = "clients are scored on their own local model, which a new client has not trained"
 _ALONE = "each client trains its own model alone, so a client that never trained has none"
-_FEDD2P_BASELINES = "methods/fedd2p.md#baselines-b1-b3-and-the-mlp-ablation"
-_FEDD2P_PRESETS = ("fedd2p-digits", "claims-family-c", "fedd2p-cifar10")
 _PER_CLASS_ONLY = "clients share per-class knowledge, not a model; a new client's model is untrained"
 
 
@@ -290,27 +288,30 @@ FEDD2P = MethodSpec(
 )
 
 
-FEDD2P_AGG = replace(
+# What FedD2P's baselines share: its halves, documented in a section of its page, run on its presets.
+_FEDD2P_BASELINE = replace(
     FEDD2P,
+    variant_of="fedd2p",
+    page="methods/fedd2p.md#baselines-b1-b3-and-the-mlp-ablation",
+    borrowed_presets=("fedd2p-digits", "claims-family-c", "fedd2p-cifar10"),
+)
+
+
+FEDD2P_AGG = replace(
+    _FEDD2P_BASELINE,
     name="fedd2p-agg",
     title="FedD2P-agg",
-    page=_FEDD2P_BASELINES,
-    borrowed_presets=_FEDD2P_PRESETS,
     summary="FedD2P baseline B2: the count-weighted soft labels go back, no foundation model",
     backbone="cnn",
-    variant_of="fedd2p",
     options=FedD2PClientOptions,
 )
 
 
 FEDD2P_GT = replace(
-    FEDD2P,
+    _FEDD2P_BASELINE,
     name="fedd2p-gt",
     title="FedD2P-gt",
-    page=_FEDD2P_BASELINES,
-    borrowed_presets=_FEDD2P_PRESETS,
     summary="FedD2P baseline B3: the generator learns from ground truth only, no distillation",
-    variant_of="fedd2p",
 )
 
 BUILTIN: tuple[MethodSpec, ...] = (

@@ -47,11 +47,9 @@ def _presets(root: Path) -> dict[str, dict[str, Scalar]]:
 
 
 def preset_column(preset: dict[str, Scalar]) -> str:
-    """The index column of a preset: downloaded weights (an open_clip tag) are the paper's setting,
-    else digits is the offline column and any other data set CIFAR-10's."""
-    pretrained = str(preset.get("pretrained", ""))
-    tag = pretrained and pretrained != RESERVE_BACKBONE and not pretrained.endswith((".pt", ".bin", ".safetensors"))
-    if tag:
+    """The index column of a preset: weights it does not make itself (an open_clip tag) are the paper's
+    setting, else digits is the offline column and any other data set CIFAR-10's."""
+    if preset.get("pretrained", "") not in ("", RESERVE_BACKBONE):
         return COLUMNS[2]
     return COLUMNS[0] if preset.get("dataset", "digits") == "digits" else COLUMNS[1]
 

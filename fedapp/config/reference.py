@@ -272,13 +272,11 @@ def _cell(text: str) -> str:
     return text
 
 
-def allowed(name: str, key: Key) -> str:
+def allowed(key: Key) -> str:
     """What one key accepts on its own, as Markdown: its choices, its range, or its type's values.
 
     Parameters
     ----------
-    name : str
-        The key's config name (``num-rounds``).
     key : Key
         Its schema entry.
 
@@ -308,7 +306,7 @@ def allowed(name: str, key: Key) -> str:
 
 def key_row(name: str, key: Key) -> str:
     """One table row: key, type, default, allowed values and help."""
-    cells = (f"`{name}`", key.type.__name__, f"`{toml_value(key.default)}`", allowed(name, key), _cell(key.help))
+    cells = (f"`{name}`", key.type.__name__, f"`{toml_value(key.default)}`", allowed(key), _cell(key.help))
     return "| " + " | ".join(cells) + " |"
 
 

@@ -7,6 +7,7 @@ runs, can name the type without importing it back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -43,16 +44,21 @@ class RunConfig(Settings):
         """Every key by its config name (``num-rounds``), in schema order."""
         return {name: self[name] for name in SCHEMA}
 
-    @property
+    @functools.cached_property
     def options(self) -> MethodOptions:
-        """The configured method's own keys (:attr:`fedapp.catalog.MethodSpec.options`), typed."""
+        """The configured method's own keys (:attr:`fedapp.catalog.MethodSpec.options`), typed; made
+        once (a simulated client is built for every message)."""
         return CATALOG[self.method].options.from_values(self.values)
+
+    @functools.cached_property
+    def _method_values(self) -> dict[str, Scalar]:
+        return dict(self.method_values)
 
     def __getitem__(self, key: str) -> Scalar:
         if key in COMMON_KEYS:
             return getattr(self, key.replace("-", "_"))
         if key in METHOD_KEYS:
-            return dict(self.method_values).get(key, METHOD_KEYS[key].default)
+            return self._method_values.get(key, METHOD_KEYS[key].default)
         raise KeyError(key)
 
     def get(self, key: str, default: Scalar | None = None) -> Scalar | None:

@@ -66,15 +66,15 @@ def test_section_headings_are_unique_so_their_anchors_are_stable():
     ],
 )
 def test_allowed_values_read_from_the_schema(key, expected):
-    assert allowed(key, SCHEMA[key]) == expected
+    assert allowed(SCHEMA[key]) == expected
 
 
 def test_method_choices_come_from_the_catalog_and_models_from_the_zoo():
     from fedapp.models import MODEL_NAMES  # noqa: PLC0415 - torch, for this test only
 
-    assert allowed("method", SCHEMA["method"]) == ", ".join(f"`{name}`" for name in METHODS)
-    assert all(f"`{name}`" in allowed("model", SCHEMA["model"]) for name in MODEL_NAMES)
-    assert allowed("client-models", SCHEMA["client-models"]).startswith("comma list of: ")
+    assert allowed(SCHEMA["method"]) == ", ".join(f"`{name}`" for name in METHODS)
+    assert all(f"`{name}`" in allowed(SCHEMA["model"]) for name in MODEL_NAMES)
+    assert allowed(SCHEMA["client-models"]).startswith("comma list of: ")
 
 
 def test_a_row_shows_the_default_as_toml_and_escapes_markdown_in_the_help():

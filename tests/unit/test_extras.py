@@ -55,8 +55,10 @@ def test_every_extra_named_by_a_requirement_is_declared_and_installs_its_package
 def test_the_base_install_has_no_optional_package():
     base = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {spec.split("=")[0].split(">")[0].split("[")[0] for spec in base}
-    # click only as a cap on the version Flower brings (its CLI needs typer < 0.21, which click 9 breaks)
-    assert names == {"flwr", "click", "torch", "torchvision", "numpy", "pyyaml", "pillow", "safetensors"}
+    # click only as a cap on the version Flower brings (its CLI needs typer < 0.21, which click 9 breaks);
+    # tomli-w, which Flower brings too, because fedapp.options writes TOML values with it in every process
+    names_expected = {"flwr", "click", "torch", "torchvision", "numpy", "pyyaml", "pillow", "safetensors", "tomli-w"}
+    assert names == names_expected
     assert not any("[" in spec for spec in base)  # flwr without [simulation]: no Ray on a device
 
 
