@@ -37,11 +37,14 @@ def verdict_cell(row: ClaimRow) -> str:
     return text
 
 
-def ours_cell(row: ClaimRow) -> str:
+def ours_cell(row: ClaimRow, digits: int = 4, named: bool = True) -> str:
+    """The means of a and b; a cost's is named with its target unless ``named`` is off (the README's
+    claim names it)."""
     if row.claim.cost:
         unit = {"MB": lambda v: f"{v:.1f} MB", "rounds": lambda v: f"{v:.1f} rounds"}.get(row.claim.cost, fmt_count)
-        return f"{row.claim.cost} to {row.claim.target:g}: {unit(row.a_mean)} vs {unit(row.b_mean)} (mean)"
-    return f"{row.a_mean:.4f} vs {row.b_mean:.4f}"
+        means = f"{unit(row.a_mean)} vs {unit(row.b_mean)}"
+        return f"{row.claim.cost} to {row.claim.target:g}: {means} (mean)" if named else means
+    return f"{row.a_mean:.{digits}f} vs {row.b_mean:.{digits}f}"
 
 
 def per_seed_cell(row: ClaimRow) -> str:
@@ -50,9 +53,9 @@ def per_seed_cell(row: ClaimRow) -> str:
     return per_seed(row.result)
 
 
-def difference_cell(row: ClaimRow) -> str:
+def difference_cell(row: ClaimRow, digits: int = 4) -> str:
     if not row.claim.cost:
-        return describe(row.result)
+        return describe(row.result, digits)
     if row.result.n < 2:
         return f"b/a ×{math.exp(row.result.mean):.2f} (one seed)"
     low, high = row.result.interval
@@ -157,7 +160,8 @@ def family_block(family: Family) -> str:
 
 
 def readme_block(families: Sequence[Family]) -> str:
-    """One row per claim and group of every family (ablations are CLAIMS.md's alone)."""
+    """One row per claim and group of every family (ablations are CLAIMS.md's alone): the paper's
+    figure, ours (the means of a and b), the paired difference and the verdict."""
     body = []
     for family in families:
         rows = [row for row in evaluate_claims(family, load_records(family.records)) if not row.claim.ablation]
@@ -168,16 +172,16 @@ def readme_block(families: Sequence[Family]) -> str:
             body.append(
                 [
                     table_cell(f"{text}{group}"),
-                    # The paper's figure and the means of a and b are CLAIMS.md's (the README stays short).
-                    f"{row.claim.cost} to {row.claim.target:g}: {difference_cell(row)}"
-                    if row.claim.cost
-                    else difference_cell(row),
+                    table_cell(row.claim.paper_figure(row.group)) or "—",
+                    ours_cell(row, digits=3, named=False),
+                    difference_cell(row, digits=3),
                     verdict_cell(row),
                 ]
             )
         if not rows:
-            body.append([f"{short}: every claim", "no records yet", "queued (CLAIMS.md)"])
-    return markdown_table(["claim", "ours: a − b, mean [95% interval] over seeds", "verdict"], body)
+            body.append([f"{short}: every claim", "—", "no records yet", "—", "queued (CLAIMS.md)"])
+    header = ["claim", "paper", "ours: a vs b", "a − b, mean [95% interval] over seeds", "verdict"]
+    return markdown_table(header, body)
 
 
 def blocks(loaded: Sequence[Family]) -> dict[tuple[str, str], str]:

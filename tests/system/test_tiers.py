@@ -17,7 +17,7 @@ import tomllib
 from tests.paths import ROOT
 
 TIER_COMMAND = re.compile(r"^python -m pytest -q (tests/(unit|integration|system))$", re.MULTILINE)
-README_REPLAY = "python -m pytest -q --randomly-seed=N --randomly-dont-reorganize @.pytest_cache/d/test-order/gw0.txt"
+REPLAY = "python -m pytest -q --randomly-seed=N --randomly-dont-reorganize @.pytest_cache/d/test-order/gw0.txt"
 
 
 @functools.cache  # the suite does not change during the run: it is collected once
@@ -110,11 +110,11 @@ def pytest_in(cache: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_each_worker_writes_its_tests_in_order_and_the_file_replays_them_in_one_process(tmp_path):
     """Under ``-n 2 --dist loadgroup`` every test is in exactly one worker's order file
-    (``tests/conftest.py``'s ``ORDER_FOLDER``, plain node ids); the README's replay command, with
+    (``tests/conftest.py``'s ``ORDER_FOLDER``, plain node ids); docs/getting-started.md's replay command, with
     the seed and the file filled in, runs the same tests in the same order in one process. (Each
     run here keeps its cache, and so its order files, in a folder of its own: the suite's own
     workers are writing theirs to the checkout's.)"""
-    assert README_REPLAY in (ROOT / "README.md").read_text(), "README.md has no replay command"
+    assert REPLAY in (ROOT / "docs" / "getting-started.md").read_text(), "docs/getting-started.md has no replay command"
     files = ("tests/system/test_docs.py", "tests/unit/test_log_filters.py")  # two groups, a second each
     seed = "--randomly-seed=20261205"
     done = pytest_in(tmp_path / "workers", "-n", "2", "--dist", "loadgroup", seed, *files)
