@@ -5,9 +5,9 @@
 
 Every run gets its own folder in ``--results-dir``, named by its method, its grid values, a
 digest of all its other settings and its seed (``sdfed-partitionpathological-3f2a9c-s0``): two runs
-never share a folder, and repetitions share all but the ``-s<seed>`` tail. Every run is validated
-before the first starts; all go, one after another, to one local SuperLink in a temporary Flower
-home (Flower's start-up is paid once), stopped when the sweep ends.
+never share a folder, and repetitions share all but the ``-s<seed>`` tail. Every run is validated before
+the first starts; all go, one after another, to one local SuperLink in a temporary Flower home and one
+Ray (:mod:`fedapp.launch.ray_head`): their start-up is paid once; both stop when the sweep ends.
 
 Started again, a sweep skips finished runs, resumes a run that has a checkpoint (``resume=true``),
 and moves an earlier attempt aside (``<name>.incomplete-<n>``) instead of writing over it when it
@@ -26,6 +26,7 @@ Run the grid on a seed no reported figure uses, then the chosen point on the rep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import re
@@ -53,6 +54,7 @@ from fedapp.launch import (
     submit,
 )
 from fedapp.launch.data_check import check_runs_data
+from fedapp.launch.ray_head import shared_ray
 from fedapp.report import expand_run_dirs, write_report
 from fedapp.report.render import REPORT_TOOL
 from fedapp.report.selection import Candidate, render_selection, select
@@ -252,7 +254,10 @@ def run_sweep(
     if not pending:
         return finished, failed
     check_runs_data([run.prepared.overrides for run in pending], [f"sweep run {run.name}" for run in pending])
-    with local_federation() as env:
+    with local_federation() as env, contextlib.ExitStack() as stack:
+        if len(pending) > 1:  # Ray's services start once for the sweep, not once a run
+            env = stack.enter_context(shared_ray(env))
+            print(f"[sweep] {len(pending)} runs share one Ray (RAY_ADDRESS={env['RAY_ADDRESS']})", flush=True)
         for number, run in enumerate(pending, start=1):
             prepared = run.prepared
             checkpointed = (prepared.run_dir / "checkpoint.npz").is_file()
@@ -368,14 +373,11 @@ def _run_and_report(runs: Sequence[SweepRun], args: argparse.Namespace) -> int:
     """Run the planned sweep, then write its report (and, with ``--select``, its selection)."""
     try:
         finished, failed = run_sweep(runs, cpus_per_client=args.cpus_per_client, timeout=args.timeout)
-    except ConfigError as err:  # a run's data refused before the first run started
+    except FedAppError as err:  # a run's data refused, or Ray not started, before the first run started
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the running launch stops its processes on the way out
-        print(
-            "error: interrupted; finished runs are kept, and the same command continues with the rest",
-            file=sys.stderr,
-        )
+        print("error: interrupted; finished runs are kept; the same command continues with the rest", file=sys.stderr)
         return 128 + signal.SIGINT
     reported = finished
     if finished and args.select:

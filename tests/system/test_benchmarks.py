@@ -208,3 +208,10 @@ def test_run_memory_smoke_samples_every_process_of_a_real_launch(capsys):
     assert {"fedapp.launch", "flwr-simulation", "ClientAppActor", "raylet"} <= set(names)
     assert result["peak_summed_pss_mb"] >= max(process["peak_pss_mb"] for process in result["processes"]) > 0
     assert "peak summed PSS:" in capsys.readouterr().out
+
+
+def test_sweep_overhead_smoke_times_a_launch_and_a_sweep_of_the_same_runs(capsys):
+    result = load_script("sweep_overhead").main(["--smoke"])
+    assert result["runs"] == 2 and result["sweep_wall_s"] > result["sweep_rounds_s"] > 0
+    assert result["budget_s"] == pytest.approx(result["sweep_rounds_s"] + result["launch_start_up_s"], abs=0.11)
+    assert "sweep / budget:" in capsys.readouterr().out

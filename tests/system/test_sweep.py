@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import psutil
 
 from fedapp.launch import stop_processes, superlink_pids
 from fedapp.metrics import read_metrics
@@ -37,11 +40,12 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     first, second = plan.stdout.split()[-4:-2]  # fedavg's two seeds
     assert first.endswith("-s0") and second.endswith("-s1") and first[:-3] == second[:-3]
 
+    printed = tmp_path / "sweep.out"
     sweep = subprocess.Popen(
         command,
         cwd=tmp_path,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=printed.open("w"),
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=takes_ctrl_c,  # noqa: PLW1509 - one signal disposition, set before exec
@@ -60,6 +64,10 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
         assert sweep.returncode == 128 + signal.SIGINT, err[-2000:]
         assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted; finished runs")
         assert superlink_pids(tmp) == [], "the sweep left its SuperLink running"
+        # Its 4 runs joined one Ray (fedapp.launch.ray_head), which stopped with the sweep: no process of
+        # the sweep's Flower home is left, Ray's own included (they run with its FLWR_HOME).
+        assert "4 runs share one Ray (RAY_ADDRESS=" in printed.read_text()
+        wait_for(lambda: not processes_under(tmp), "the sweep's processes to end", timeout=30, interval=0.5)
     finally:
         sweep.kill()
         stop_processes(superlink_pids(tmp))
@@ -83,6 +91,16 @@ def test_an_interrupted_sweep_skips_finished_runs_and_resumes_the_interrupted_on
     section = (tmp_path / "paired.md").read_text().split("## Paired over seeds, against standalone")[1]
     fedavg_row = next(line for line in section.splitlines() if line.startswith("| fedavg"))
     assert "| 2 (0, 1) |" in fedavg_row and " of 2 |" in fedavg_row
+
+
+def processes_under(folder: Path) -> list[str]:
+    """The command lines of the processes whose ``FLWR_HOME`` lies in ``folder``."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("FLWR_HOME", "").startswith(str(folder)):
+                found.append(" ".join(process.info["cmdline"] or []))
+    return found
 
 
 SELECT_COMMAND = re.compile(r"^python -m fedapp\.sweep --results-dir results/select-demo .*$", re.MULTILINE)
