@@ -74,6 +74,7 @@ def test_the_sweep_selects_on_validation_records_the_choice_and_reports_the_chos
         return prepared.run_dir
 
     monkeypatch.setattr(sweep, "local_federation", contextlib.nullcontext)
+    monkeypatch.setattr(sweep, "shared_ray", lambda env: contextlib.nullcontext({"RAY_ADDRESS": "10.0.0.1:6379"}))
     monkeypatch.setattr(sweep, "check_runs_data", lambda overrides, labels: None)  # a child process
     monkeypatch.setattr(sweep, "submit", fake_submit)
     argv = ["--results-dir", str(results), "--methods", "fedavg", "--seeds", "100", "--grid", "lr=[0.1, 0.01]"]

@@ -99,6 +99,7 @@ def test_a_checkpointed_run_resumes_unless_its_clients_kept_their_state_in_memor
         (run.prepared.run_dir / "checkpoint.npz").write_bytes(b"round 1")
     submitted = []
     monkeypatch.setattr(sweep, "local_federation", contextlib.nullcontext)
+    monkeypatch.setattr(sweep, "shared_ray", lambda env: contextlib.nullcontext({"RAY_ADDRESS": "10.0.0.1:6379"}))
     monkeypatch.setattr(sweep, "check_runs_data", lambda overrides, labels: None)  # a child process: integration's
     monkeypatch.setattr(sweep, "submit", lambda prepared, env, **_: submitted.append(prepared) or prepared.run_dir)
     finished, failed = run_sweep(runs)
@@ -117,3 +118,4 @@ def test_a_checkpointed_run_resumes_unless_its_clients_kept_their_state_in_memor
         "clients' personal state was in memory, which a resume cannot bring back)" in out
     )
     assert out.count("resuming from its checkpoint") == 2
+    assert "3 runs share one Ray (RAY_ADDRESS=10.0.0.1:6379)" in out
