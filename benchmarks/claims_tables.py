@@ -120,19 +120,21 @@ def claim_table(rows: Sequence[ClaimRow]) -> str:
 
 
 def selection_table(family: Family) -> str:
-    """Every point the selection tried, its validation score, and the one chosen per method."""
+    """Every point the selection tried with its validation score, a row per method, the chosen one in bold."""
     path = family.selection_dir / "selection.json"
     if not path.is_file():
         return "The selection has not run yet: no setting that takes a chosen value has a row."
     body = []
     entries = read_selections(path)
     for entry in entries:
+        points = []
         for point in entry["points"]:
             values = ", ".join(f"{key}={value}" for key, value in point["point"].items()) or "—"
-            chosen = "**chosen**" if point["point"] == entry["chosen"] else ""
-            body.append([entry["method"], table_cell(values), f"{point['val_score']:.4f}", chosen])
+            text = f"{values}: {point['val_score']:.4f}"
+            points.append(f"**{text}**" if point["point"] == entry["chosen"] else text)
+        body.append([entry["method"], table_cell(" · ".join(points))])
     rule = entries[0]["rule"]
-    header = ["method", "point", f"validation accuracy, seed {family.select_seed}", "choice"]
+    header = ["method", f"each point's validation accuracy, seed {family.select_seed} (the choice in bold)"]
     return f"Selection ({rule}):\n\n{markdown_table(header, body)}"
 
 
