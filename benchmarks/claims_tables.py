@@ -186,9 +186,26 @@ def readme_block(families: Sequence[Family]) -> str:
     return markdown_table(header, body)
 
 
+def costs_block(families: Sequence[Family]) -> str:
+    """What each family's recorded runs took on the machine that ran them: the sum of each run's
+    ``round_seconds`` (start-up not included), the selection's runs and the reported ones."""
+    body = []
+    for family in families:
+        runs = [*load_records(family.selection_dir), *load_records(family.records)]
+        minutes = [sum(float(row["round_seconds"]) for row in run.rounds) / 60 for run in runs]
+        if not minutes:
+            body.append([family.title, "0", "—", "—"])
+            continue
+        spread = f"{min(minutes):.0f}-{max(minutes):.0f}" if round(min(minutes)) != round(max(minutes)) else ""
+        body.append([family.title, str(len(runs)), spread or f"{min(minutes):.0f}", f"{sum(minutes) / 60:.1f}"])
+    header = ["family", "runs recorded (selection and reported)", "minutes a run", "hours in all"]
+    return markdown_table(header, body)
+
+
 def blocks(loaded: Sequence[Family]) -> dict[tuple[str, str], str]:
     """(page, block name) -> the block's markdown."""
     out = {("claims", f"family-{family.name}"): family_block(family) for family in loaded}
+    out[("claims", "costs")] = costs_block(loaded)
     out[("readme", "readme")] = readme_block(loaded)
     return out
 
