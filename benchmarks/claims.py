@@ -45,11 +45,11 @@ from claims_spec import (
     load_family,
     read_selections,
 )
-from claims_tables import blocks, family_block, replace_block
+from claims_tables import blocks, costs_block, family_block, replace_block
 
 from fedapp.sweep import SWEEP_TOOL
 
-__all__ = ["ClaimsError", "family_block", "load_family", "main", "run_family"]
+__all__ = ["ClaimsError", "costs_block", "family_block", "load_family", "main", "run_family"]
 
 #: How many times a selection grid goes on past the edge its choice sat on.
 MAX_EXTENSIONS = 3

@@ -54,7 +54,7 @@ def fake_sweep(calls: list[list[str]]):
             val, test = FIGURES.get(config.lr, (0.5, 0.5)) if config.method == "fedavg" else (0.4, 0.4)
             test += 0.001 * config.seed * (1 if config.method == "fedavg" else -1)
             run.prepared.run_dir.mkdir(parents=True, exist_ok=True)
-            lines = [{"round": r, "acc_mean": test, "val_acc_mean": val} for r in (1, 2, 3)]
+            lines = [{"round": r, "acc_mean": test, "val_acc_mean": val, "round_seconds": 40.0} for r in (1, 2, 3)]
             (run.prepared.run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
             (run.prepared.run_dir / "config.yaml").write_text(yaml.safe_dump(config.as_dict()))
             (run.prepared.run_dir / "summary.json").write_text(json.dumps({"rounds": 3, "final_acc_mean": test}))
@@ -96,6 +96,9 @@ def test_the_queue_selects_on_validation_then_runs_the_chosen_point_on_the_repor
     block = claims.family_block(family)
     [selection_row] = [line for line in block.splitlines() if line.startswith("| fedavg |")]
     assert "**lr=0.1: 0.8000**" in selection_row and "lr=0.01: " in selection_row
+    # What the 13 recorded runs took, 3 rounds of 40 s each: 2 minutes a run, 26 minutes in all.
+    [costs_row] = claims.costs_block([family]).splitlines()[2:]
+    assert costs_row.endswith("| 13 | 2 | 0.4 |"), costs_row
     # The chosen point is the worse on test (0.30 against Standalone's 0.40): the verdict says so.
     assert "FedAvg beats Standalone (headline)" in block and "**reversed**" in block
     assert "0.9" not in selection_row  # no test figure of the other points: their validation scores only
