@@ -2,7 +2,7 @@
 
 Flower's simulation calls ``ray.init()`` (``include_dashboard=False``) in every run, so each run of a
 sweep starts Ray's services and stops them again: about 4-5 s a run on 2 CPUs
-(``benchmarks/overhead.py --sweep``). :func:`shared_ray` starts them once, in a process of its own
+(``benchmarks/sweep_overhead.py``). :func:`shared_ray` starts them once, in a process of its own
 (``python -m fedapp.launch.ray_head``) that makes the same call, so the resources Ray detects, its
 ports and its temporary folder are the ones a run would have had, and gives the runs its address as
 ``RAY_ADDRESS``: Flower's ``ray.init()`` then joins that cluster (as it joins a user's, docs/scale.md).
