@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fedapp.metrics import read_metrics
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -43,8 +45,7 @@ def _timed(command: list[str], checkout: Path, timeout: float) -> float:
 
 
 def _round_seconds(run_dir: Path) -> float:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return sum(float(row["round_seconds"]) for row in rows)
+    return sum(float(row["round_seconds"]) for row in read_metrics(run_dir / "metrics.jsonl"))
 
 
 def measure(checkout: Path, runs: int, run_config: str, num_clients: int | None, timeout: float) -> dict:
